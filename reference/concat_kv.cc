@@ -3,6 +3,8 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/accounting.h"
+
 namespace attnkit::reference {
 
 ConcatKv::ConcatKv(int64_t batch, int64_t kv_heads, int64_t head_dim,
@@ -77,6 +79,7 @@ StatusOr<int64_t> ConcatKv::Append(const TensorView& new_k,
     }
     s.len = len;
   }
+  accounting::RecordCopy(copied);
   return copied;
 }
 

@@ -23,7 +23,7 @@ class ConcatKv {
 
   // new_k, new_v: [batch, kv_heads, >= max(new_lens), head_dim] in the
   // cache's dtype, any strides. Returns the bytes copied (old context plus new
-  // tokens, K and V).
+  // tokens, K and V), also reported to accounting::RecordCopy.
   StatusOr<int64_t> Append(const TensorView& new_k, const TensorView& new_v,
                            std::span<const int64_t> new_lens);
 

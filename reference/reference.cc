@@ -3,6 +3,7 @@
 #include <Eigen/Dense>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace attnkit::reference {
 namespace {
@@ -12,11 +13,32 @@ using RowMatrix =
 using StridedMap = Eigen::Map<const RowMatrix, 0,
                               Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
 
+// Scratch that grows and never shrinks, so a backend that keeps one (and
+// ReserveWorkspace sizes it) does not allocate on the decode path.
+// std::vector, not an Eigen matrix: Eigen reallocates whenever the element
+// count changes, and in decode the key count grows by one every step.
+struct Workspace {
+  std::vector<float> q, k, v, s;
+
+  static float* Get(std::vector<float>& buf, int64_t n) {
+    if (static_cast<int64_t>(buf.size()) < n) {
+      buf.resize(static_cast<size_t>(n));
+    }
+    return buf.data();
+  }
+  void Reserve(int64_t q_rows, int64_t kv_rows, int64_t dim) {
+    Get(q, q_rows * dim);
+    Get(k, kv_rows * dim);
+    Get(v, kv_rows * dim);
+    Get(s, q_rows * kv_rows);
+  }
+};
+
 // The [rows, head_dim] matrix of view t at (b, h), as f32. f32 views are
 // mapped in place through their strides (no copy); bf16 is widened into
 // `scratch`.
 StridedMap HeadMatrix(const TensorView& t, int64_t b, int64_t h, int64_t rows,
-                      RowMatrix& scratch) {
+                      std::vector<float>& scratch) {
   const int64_t cols = t.shape[3];
   if (t.dtype == DType::kF32) {
     const float* base =
@@ -25,41 +47,55 @@ StridedMap HeadMatrix(const TensorView& t, int64_t b, int64_t h, int64_t rows,
                       Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(
                           t.strides[2], t.strides[3]));
   }
-  scratch.resize(rows, cols);
+  float* out = Workspace::Get(scratch, rows * cols);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) scratch(r, c) = t.Load(b, h, r, c);
-  return StridedMap(scratch.data(), rows, cols,
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = t.Load(b, h, r, c);
+  return StridedMap(out, rows, cols,
                     Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(cols, 1));
 }
+
+Status AttentionWith(const AttentionProblem& p, const AttentionArgs& args,
+                     Workspace& ws);
 
 class ReferenceBackend final : public Backend {
  public:
   std::string_view name() const override { return "reference"; }
   Status Attention(const AttentionProblem& p,
                    const AttentionArgs& args) override {
-    return reference::Attention(p, args);
+    return AttentionWith(p, args, ws_);
   }
+  Status ReserveWorkspace(const AttentionProblem& largest) override {
+    ATTNKIT_RETURN_IF_ERROR(largest.Validate());
+    ws_.Reserve(largest.max_q_len(), largest.max_kv_len(), largest.head_dim);
+    return Status::Ok();
+  }
+
+ private:
+  Workspace ws_;
 };
 
-}  // namespace
-
-Status Attention(const AttentionProblem& p, const AttentionArgs& args) {
+Status AttentionWith(const AttentionProblem& p, const AttentionArgs& args,
+                     Workspace& ws) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
   const float scale = p.EffectiveScale();
   const float ninf = -std::numeric_limits<float>::infinity();
-  RowMatrix q_scratch, k_scratch, v_scratch, s;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t ql = p.q_lens[b], kl = p.kv_lens[b];
     if (ql == 0) continue;
     for (int64_t kh = 0; kh < p.kv_heads; ++kh) {
       // K and V of this kv head serve all group_size() query heads (GQA by
       // head mapping: no repeated K/V).
-      const StridedMap k = HeadMatrix(args.k, b, kh, kl, k_scratch);
-      const StridedMap v = HeadMatrix(args.v, b, kh, kl, v_scratch);
+      const StridedMap k = HeadMatrix(args.k, b, kh, kl, ws.k);
+      const StridedMap v = HeadMatrix(args.v, b, kh, kl, ws.v);
       for (int64_t g = 0; g < p.group_size(); ++g) {
         const int64_t h = kh * p.group_size() + g;
-        const StridedMap q = HeadMatrix(args.q, b, h, ql, q_scratch);
-        s.noalias() = scale * (q * k.transpose());  // [ql, kl], materialized
+        const StridedMap q = HeadMatrix(args.q, b, h, ql, ws.q);
+        Eigen::Map<RowMatrix> s(Workspace::Get(ws.s, ql * kl), ql, kl);
+        // lazyProduct: coefficient-based, so no Eigen temporary is
+        // heap-allocated for the strided operands (a GEMV through Eigen's
+        // BLAS path copies a non-direct-access operand on every call, which
+        // a decode step must not do).
+        s.noalias() = scale * q.lazyProduct(k.transpose());  // materialized
         for (int64_t i = 0; i < ql; ++i) {
           const KeyRange r = VisibleKeys(p, b, i);
           for (int64_t j = 0; j < kl; ++j) {
@@ -80,13 +116,30 @@ Status Attention(const AttentionProblem& p, const AttentionArgs& args) {
           }
           s.row(i) = (s.row(i).array() - m).exp();
           const float inv_sum = 1.0f / s.row(i).sum();
-          Eigen::Map<Eigen::RowVectorXf>(out, p.head_dim).noalias() =
-              (s.row(i) * v) * inv_sum;
+          // P.V as rank-1 updates, keys in order: the same summation order
+          // for every layout (outputs are bit-identical across layouts) and
+          // no temporary.
+          const int64_t vs_row = v.outerStride(), vs_col = v.innerStride();
+          for (int64_t d = 0; d < p.head_dim; ++d) out[d] = 0.0f;
+          for (int64_t j = 0; j < kl; ++j) {
+            const float w = s(i, j);
+            const float* vj = v.data() + j * vs_row;
+            for (int64_t d = 0; d < p.head_dim; ++d)
+              out[d] += w * vj[d * vs_col];
+          }
+          for (int64_t d = 0; d < p.head_dim; ++d) out[d] *= inv_sum;
         }
       }
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status Attention(const AttentionProblem& p, const AttentionArgs& args) {
+  Workspace ws;
+  return AttentionWith(p, args, ws);
 }
 
 std::unique_ptr<Backend> MakeReferenceBackend() {

@@ -35,7 +35,8 @@ struct KvAppendArgs {
 Status ValidateAppend(const KvAppendArgs& a);
 
 // The portable strided append (element by element, contiguous runs with
-// memcpy). Returns the number of bytes written. Preconditions: ValidateAppend.
+// memcpy). Returns the number of bytes written and reports them to
+// accounting::RecordCopy (runtime/accounting.h). Preconditions: ValidateAppend.
 int64_t AppendKvStrided(const KvAppendArgs& a);
 
 class Backend {
@@ -54,8 +55,17 @@ class Backend {
   virtual Status Attention(const AttentionProblem& p,
                            const AttentionArgs& args) = 0;
 
+  // Sizes this backend's workspaces for every problem no larger than
+  // `largest` in any dimension (batch, heads, head_dim, q/kv lengths), so that
+  // Attention on them does not allocate. Optional: a decode session calls it
+  // once before its timed steps (the kv lengths grow by one each step).
+  virtual Status ReserveWorkspace(const AttentionProblem& largest) {
+    return Status::Ok();
+  }
+
   // In-place KV append in this backend's way. Validates, then writes only the
-  // new tokens.
+  // new tokens. An override reports the bytes it wrote with
+  // accounting::RecordCopy, as AppendKvStrided does.
   virtual Status AppendKv(const KvAppendArgs& a) {
     ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
     AppendKvStrided(a);

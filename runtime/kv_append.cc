@@ -1,6 +1,7 @@
 #include <cstring>
 #include <string>
 
+#include "runtime/accounting.h"
 #include "runtime/backend.h"
 
 namespace attnkit {
@@ -97,6 +98,7 @@ int64_t AppendKvStrided(const KvAppendArgs& a) {
           CopyHead(a.v_cache, a.new_v, b, h, a.positions[b], a.new_lens[b]);
     }
   }
+  accounting::RecordCopy(bytes);
   return bytes;
 }
 

@@ -1,0 +1,331 @@
+#include "runtime/decode_session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "reference/concat_kv.h"
+#include "runtime/random.h"
+
+namespace attnkit {
+namespace {
+
+std::string Field(std::string_view name, int64_t v) {
+  return std::string(name) + "=" + std::to_string(v);
+}
+
+double MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+// Prefill context: uniform in [-1, 1). A direct loop over the contiguous
+// buffer, because a 16k-token Llama-2 context is 2^29 values per mode and the
+// generic strided FillNormal (a Box-Muller per element) would take longer
+// than the decode steps being measured.
+void FillUniform(const TensorView& t, uint64_t seed, uint64_t stream) {
+  Rng rng(seed, stream);
+  const int64_t n = t.NumElements();
+  if (t.dtype == DType::kF32) {
+    float* p = t.As<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = rng.Uniform(-1.0f, 1.0f);
+  } else {
+    bf16* p = t.As<bf16>();
+    for (int64_t i = 0; i < n; ++i) p[i] = bf16::FromFloat(rng.Uniform(-1, 1));
+  }
+}
+
+// Rng streams: prefill of layer l, then step s of layer l (q, k, v in order).
+uint64_t PrefillStream(int64_t layer) { return static_cast<uint64_t>(layer); }
+uint64_t StepStream(int64_t layers, int64_t step, int64_t layer) {
+  return static_cast<uint64_t>(layers + step * layers + layer);
+}
+
+}  // namespace
+
+std::string_view DecodeModeName(DecodeMode m) {
+  switch (m) {
+    case DecodeMode::kNaiveConcat:
+      return "naive_concat";
+    case DecodeMode::kInPlace:
+      return "in_place";
+  }
+  return "invalid";
+}
+
+std::optional<DecodeMode> ParseDecodeMode(std::string_view s) {
+  for (DecodeMode m : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
+    if (s == DecodeModeName(m)) return m;
+  }
+  return std::nullopt;
+}
+
+Status DecodeConfig::Validate() const {
+  auto bad = [](std::string m) {
+    return Status::InvalidArgument("decode: " + std::move(m));
+  };
+  if (layers < 1) return bad(Field("layers", layers) + " must be >= 1");
+  if (batch < 1) return bad(Field("batch", batch) + " must be >= 1");
+  if (q_heads < 1) return bad(Field("q_heads", q_heads) + " must be >= 1");
+  if (kv_heads < 1) return bad(Field("kv_heads", kv_heads) + " must be >= 1");
+  if (q_heads % kv_heads != 0) {
+    return bad(Field("kv_heads", kv_heads) + " does not divide " +
+               Field("q_heads", q_heads));
+  }
+  if (head_dim < 1 || head_dim > kMaxHeadDim) {
+    return bad(Field("head_dim", head_dim) + " outside [1, " +
+               std::to_string(kMaxHeadDim) + "]");
+  }
+  if (start_len < 0) return bad(Field("start_len", start_len) + " is negative");
+  if (!start_lens.empty()) {
+    if (static_cast<int64_t>(start_lens.size()) != batch) {
+      return bad("start_lens has " + std::to_string(start_lens.size()) +
+                 " entries, expected " + Field("batch", batch));
+    }
+    for (size_t b = 0; b < start_lens.size(); ++b) {
+      if (start_lens[b] < 0) {
+        return bad("start_lens[" + std::to_string(b) +
+                   "]=" + std::to_string(start_lens[b]) + " is negative");
+      }
+    }
+  }
+  if (steps < 0) return bad(Field("steps", steps) + " is negative");
+  if (capacity < 0) return bad(Field("capacity", capacity) + " is negative");
+  if (capacity > 0 && capacity < MaxStartLen() + steps) {
+    return bad(Field("capacity", capacity) + " is less than the longest " +
+               Field("start_len", MaxStartLen()) + " + " +
+               Field("steps", steps));
+  }
+  if (Capacity() < 1) {
+    return bad("capacity is 0: start_len=0 and steps=0 leave nothing to do");
+  }
+  return Status::Ok();
+}
+
+int64_t DecodeConfig::MaxStartLen() const {
+  if (start_lens.empty()) return start_len;
+  return *std::max_element(start_lens.begin(), start_lens.end());
+}
+
+int64_t DecodeConfig::Capacity() const {
+  return capacity > 0 ? capacity : MaxStartLen() + steps;
+}
+
+int64_t DecodeConfig::NewTokenBytes() const {
+  return 2 * layers * batch * kv_heads * head_dim * DTypeSize(dtype);
+}
+
+DecodeSession::DecodeSession(const DecodeConfig& config, DecodeMode mode)
+    : config_(config), mode_(mode) {}
+
+DecodeSession::~DecodeSession() = default;
+
+StatusOr<std::unique_ptr<DecodeSession>> DecodeSession::Create(
+    const DecodeConfig& config, DecodeMode mode) {
+  ATTNKIT_RETURN_IF_ERROR(config.Validate());
+  if (mode != DecodeMode::kInPlace && mode != DecodeMode::kNaiveConcat) {
+    return Status::InvalidArgument(
+        "decode: mode=" + std::to_string(static_cast<int>(mode)) +
+        " is not naive_concat or in_place");
+  }
+  std::unique_ptr<DecodeSession> s(new DecodeSession(config, mode));
+  // Started before anything the session owns is allocated, so the peak
+  // includes the cache itself, not only what steps add to it.
+  s->session_meter_ = std::make_unique<accounting::Meter>();
+  ATTNKIT_RETURN_IF_ERROR(s->Init());
+  ATTNKIT_RETURN_IF_ERROR(s->Prefill());
+  s->held_bytes_ = s->session_meter_->Read().live_bytes;
+  return s;
+}
+
+Status DecodeSession::Init() {
+  const DecodeConfig& c = config_;
+  ATTNKIT_ASSIGN_OR_RETURN(backend_, MakeBackend(c.backend));
+
+  problem_.q_heads = c.q_heads;
+  problem_.kv_heads = c.kv_heads;
+  problem_.head_dim = c.head_dim;
+  problem_.dtype = c.dtype;
+  problem_.mask = MaskKind::kNone;  // q_len 1 at the end: sees every key
+  const int64_t cap = c.Capacity();
+  if (mode_ == DecodeMode::kInPlace) {
+    KvCacheConfig kc;
+    kc.layers = c.layers;
+    kc.batch = c.batch;
+    kc.kv_heads = c.kv_heads;
+    kc.head_dim = c.head_dim;
+    kc.capacity = cap;
+    kc.dtype = c.dtype;
+    kc.layout = c.layout;
+    ATTNKIT_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(kc));
+    // Poison: a kernel that reads past a sequence's length gets NaN, and the
+    // comparison with the naive mode fails loudly instead of passing on zeros.
+    cache.Clear(std::byte{0xFF});
+    cache_.emplace(std::move(cache));
+    problem_.batch = c.batch;
+    problem_.layout = c.layout;
+  } else {
+    for (int64_t l = 0; l < c.layers; ++l) {
+      naive_.push_back(std::make_unique<reference::ConcatKv>(
+          c.batch, c.kv_heads, c.head_dim, c.dtype));
+    }
+    // Attention runs per sequence on its own freshly concatenated buffers.
+    problem_.batch = 1;
+    problem_.layout = KvLayout::kBHSD;
+  }
+  // Size the backend for the longest context this session reaches, q_len 1.
+  problem_.q_lens.assign(static_cast<size_t>(problem_.batch), 1);
+  problem_.kv_lens.assign(static_cast<size_t>(problem_.batch), cap);
+  ATTNKIT_RETURN_IF_ERROR(backend_->ReserveWorkspace(problem_));
+
+  for (int64_t l = 0; l < c.layers; ++l) {
+    q_.push_back(
+        Tensor::Contiguous(c.dtype, {c.batch, c.q_heads, 1, c.head_dim}));
+    new_k_.push_back(
+        Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, 1, c.head_dim}));
+    new_v_.push_back(
+        Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, 1, c.head_dim}));
+  }
+  outputs_ = Tensor::Contiguous(
+      DType::kF32, {std::max<int64_t>(c.steps, 1) * c.layers * c.batch,
+                    c.q_heads, 1, c.head_dim});
+  one_token_.assign(static_cast<size_t>(c.batch), 1);
+  records_.reserve(static_cast<size_t>(c.steps));
+  return Status::Ok();
+}
+
+Status DecodeSession::Prefill() {
+  const DecodeConfig& c = config_;
+  const int64_t n = c.MaxStartLen();
+  if (n == 0) return Status::Ok();
+  std::vector<int64_t> lens(static_cast<size_t>(c.batch));
+  for (int64_t b = 0; b < c.batch; ++b) lens[b] = c.StartLen(b);
+  // One staging buffer for K and V of a layer, freed before the first step.
+  Tensor k = Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, n, c.head_dim});
+  Tensor v = Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, n, c.head_dim});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    FillUniform(k.view, c.seed, 2 * PrefillStream(l));
+    FillUniform(v.view, c.seed, 2 * PrefillStream(l) + 1);
+    if (mode_ == DecodeMode::kInPlace) {
+      ATTNKIT_RETURN_IF_ERROR(
+          cache_->Append(l, k.view, v.view, lens, backend_.get()));
+    } else {
+      ATTNKIT_RETURN_IF_ERROR(naive_[l]->Append(k.view, v.view, lens).status());
+    }
+  }
+  return Status::Ok();
+}
+
+void DecodeSession::FillStepInputs(int64_t step) {
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    Rng rng(config_.seed, StepStream(config_.layers, step, l));
+    FillNormal(q_[l].view, rng);
+    FillNormal(new_k_[l].view, rng);
+    FillNormal(new_v_[l].view, rng);
+  }
+}
+
+Status DecodeSession::Step() {
+  const DecodeConfig& c = config_;
+  const int64_t step = steps_done();
+  if (step >= c.steps) {
+    return Status::FailedPrecondition("decode: all " + Field("steps", c.steps) +
+                                      " already ran");
+  }
+  FillStepInputs(step);  // outside the meter: the model would produce these
+
+  StepRecord rec;
+  {
+    accounting::Meter meter;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t l = 0; l < c.layers; ++l) {
+      const TensorView out =
+          outputs_.view.Slice({(step * c.layers + l) * c.batch, 0, 0, 0},
+                              {c.batch, c.q_heads, 1, c.head_dim});
+      if (mode_ == DecodeMode::kInPlace) {
+        {
+          accounting::ScopedPhase phase(accounting::Phase::kAppend);
+          ATTNKIT_RETURN_IF_ERROR(cache_->Append(
+              l, new_k_[l].view, new_v_[l].view, one_token_, backend_.get()));
+        }
+        accounting::ScopedPhase phase(accounting::Phase::kAttention);
+        const KvCache::View kv = cache_->Prefix(l);
+        const auto lens = cache_->lengths(l);
+        std::copy(lens.begin(), lens.end(), problem_.kv_lens.begin());
+        AttentionArgs args;
+        args.q = q_[l].view;
+        args.k = kv.k;
+        args.v = kv.v;
+        args.out = out;
+        ATTNKIT_RETURN_IF_ERROR(backend_->Attention(problem_, args));
+      } else {
+        reference::ConcatKv& kv = *naive_[l];
+        {
+          accounting::ScopedPhase phase(accounting::Phase::kAppend);
+          ATTNKIT_RETURN_IF_ERROR(
+              kv.Append(new_k_[l].view, new_v_[l].view, one_token_).status());
+        }
+        accounting::ScopedPhase phase(accounting::Phase::kAttention);
+        for (int64_t b = 0; b < c.batch; ++b) {
+          problem_.kv_lens[0] = kv.length(b);
+          AttentionArgs args;
+          args.q =
+              q_[l].view.Slice({b, 0, 0, 0}, {1, c.q_heads, 1, c.head_dim});
+          args.k = kv.K(b);
+          args.v = kv.V(b);
+          args.out = out.Slice({b, 0, 0, 0}, {1, c.q_heads, 1, c.head_dim});
+          ATTNKIT_RETURN_IF_ERROR(backend_->Attention(problem_, args));
+        }
+      }
+    }
+    rec.step_us = MicrosSince(t0);
+    const accounting::Counts counts = meter.Read();
+    rec.allocs = counts.allocs;
+    rec.bytes_allocated = counts.bytes_allocated;
+    rec.bytes_copied = counts.bytes_copied;
+    rec.append_us = static_cast<double>(counts.append_ns) * 1e-3;
+    rec.attention_us = static_cast<double>(counts.attention_ns) * 1e-3;
+    const int64_t held = session_meter_->Read().live_bytes - counts.live_bytes;
+    rec.peak_bytes = held + counts.peak_live_bytes;
+  }
+  rec.kv_len = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    rec.kv_len = std::max(rec.kv_len, length(b));
+  }
+  records_.push_back(rec);  // reserved at Create: no allocation
+  return Status::Ok();
+}
+
+Status DecodeSession::Run() {
+  while (steps_done() < config_.steps) ATTNKIT_RETURN_IF_ERROR(Step());
+  return Status::Ok();
+}
+
+int64_t DecodeSession::peak_bytes() const {
+  if (!accounting::AllocHooksInstalled()) return -1;
+  int64_t peak = held_bytes_;
+  for (const StepRecord& r : records_) peak = std::max(peak, r.peak_bytes);
+  return peak;
+}
+
+int64_t DecodeSession::length(int64_t b) const {
+  if (mode_ == DecodeMode::kInPlace) return cache_->lengths(0)[b];
+  return naive_[0]->length(b);
+}
+
+TensorView DecodeSession::query(int64_t layer) const { return q_[layer].view; }
+
+TensorView DecodeSession::output(int64_t step, int64_t layer) const {
+  const DecodeConfig& c = config_;
+  assert(step >= 0 && step < steps_done() && layer >= 0 && layer < c.layers);
+  return outputs_.view.Slice({(step * c.layers + layer) * c.batch, 0, 0, 0},
+                             {c.batch, c.q_heads, 1, c.head_dim});
+}
+
+KvCache::View DecodeSession::naive_sequence(int64_t layer, int64_t b) const {
+  if (mode_ != DecodeMode::kNaiveConcat) return {};
+  return {naive_[layer]->K(b), naive_[layer]->V(b)};
+}
+
+}  // namespace attnkit
