@@ -1,0 +1,549 @@
+#include "harness/decode_report.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <string_view>
+
+#include "reference/oracle.h"
+#include "runtime/accounting.h"
+
+namespace attnkit::harness {
+namespace {
+
+std::optional<int64_t> ParseInt(std::string_view s) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+Status BadFlag(std::string_view flag, std::string_view value,
+               std::string_view why) {
+  return Status::InvalidArgument(std::string(flag) + "=" + std::string(value) +
+                                 ": " + std::string(why));
+}
+
+// f32 round-off of one evaluation of softmax(q.k) . v at context length L:
+// the scaled dot product accumulates head_dim roundings, the softmax sum and
+// the P.V sum ~log2(L) with blocked/pairwise summation (L with a naive loop,
+// but each term then carries weight ~1/L), plus a few for exp, max and the
+// division; outputs are convex combinations of values bounded by ~4 (N(0,1)
+// new tokens; the prefill is in [-1, 1)). Wrong, stale or missing tokens
+// move outputs by 1e-2 or more, three orders above this.
+double OutputTolerance(int64_t head_dim, int64_t kv_len) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  const double terms =
+      static_cast<double>(head_dim) +
+      std::log2(static_cast<double>(std::max<int64_t>(kv_len, 2))) + 8.0;
+  return terms * eps * 4.0;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string HumanBytes(double b) {
+  if (b < 0) return "n/a";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) {
+    std::snprintf(buf, sizeof(buf), "%.0f B", b);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f %s", b, units[u]);
+  }
+  return buf;
+}
+
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[40];
+  if (v == std::floor(v) && std::fabs(v) < 9e15) {
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.6g", v);
+  }
+  return buf;
+}
+
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+DecodeReportRow Summarize(const DecodeSession& s, int64_t kv_len) {
+  const auto rec = s.records();
+  // Skip the first step when there are more: it may warm a backend up.
+  const size_t first = rec.size() > 1 ? 1 : 0;
+  DecodeReportRow row;
+  row.backend = s.config().backend;
+  row.mode = s.mode();
+  row.kv_len = kv_len;
+  row.new_token_bytes = s.config().NewTokenBytes();
+  std::vector<double> append, attention, step;
+  int64_t allocs = 0, allocated = 0, copied = 0;
+  for (size_t i = first; i < rec.size(); ++i) {
+    allocs += rec[i].allocs;
+    allocated += rec[i].bytes_allocated;
+    copied += rec[i].bytes_copied;
+    append.push_back(rec[i].append_us);
+    attention.push_back(rec[i].attention_us);
+    step.push_back(rec[i].step_us);
+  }
+  // Integer sums, one division: a constant count stays exact.
+  const double n = static_cast<double>(rec.size() - first);
+  row.allocs_per_step = static_cast<double>(allocs) / n;
+  row.bytes_allocated_per_step = static_cast<double>(allocated) / n;
+  row.bytes_copied_per_step = static_cast<double>(copied) / n;
+  row.append_us = Median(append);
+  row.attention_us = Median(attention);
+  row.step_us = Median(step);
+  row.peak_bytes = s.peak_bytes();
+  return row;
+}
+
+// Every output of every step and layer, flattened (the naive session is gone
+// by the time the in-place one runs, so peaks do not overlap).
+std::vector<float> AllOutputs(const DecodeSession& s) {
+  std::vector<float> out;
+  const DecodeConfig& c = s.config();
+  for (int64_t st = 0; st < s.steps_done(); ++st) {
+    for (int64_t l = 0; l < c.layers; ++l) {
+      const TensorView o = s.output(st, l);
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t h = 0; h < c.q_heads; ++h)
+          for (int64_t d = 0; d < c.head_dim; ++d)
+            out.push_back(o.Load(b, h, 0, d));
+    }
+  }
+  return out;
+}
+
+// The in-place session's last step of layer 0 against the f64 oracle on its
+// own cache: max |out - oracle|.
+StatusOr<double> OracleError(const DecodeSession& s) {
+  const DecodeConfig& c = s.config();
+  AttentionProblem p;
+  p.batch = c.batch;
+  p.q_heads = c.q_heads;
+  p.kv_heads = c.kv_heads;
+  p.head_dim = c.head_dim;
+  p.dtype = c.dtype;
+  p.layout = c.layout;
+  p.q_lens.assign(static_cast<size_t>(c.batch), 1);
+  p.kv_lens.assign(s.cache()->lengths(0).begin(), s.cache()->lengths(0).end());
+  const KvCache::View kv = s.cache()->Prefix(0);
+  AttentionArgs args;
+  args.q = s.query(0);
+  args.k = kv.k;
+  args.v = kv.v;
+  args.out = s.output(s.steps_done() - 1, 0);
+  std::vector<double> want;
+  ATTNKIT_RETURN_IF_ERROR(reference::OracleAttention(p, args, &want));
+  double worst = 0;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.q_heads; ++h)
+      for (int64_t d = 0; d < c.head_dim; ++d) {
+        const double got = args.out.Load(b, h, 0, d);
+        const double err = std::fabs(
+            got -
+            want[static_cast<size_t>((b * c.q_heads + h) * c.head_dim + d)]);
+        worst = std::isnan(err) ? std::numeric_limits<double>::infinity()
+                                : std::max(worst, err);
+      }
+  return worst;
+}
+
+}  // namespace
+
+DecodeReportOptions DefaultDecodeOptions() {
+  DecodeReportOptions o;
+  o.config.layers = 4;
+  o.config.batch = 1;
+  o.config.q_heads = 32;
+  o.config.kv_heads = 32;
+  o.config.head_dim = 128;
+  o.config.steps = 8;
+  o.config.backend = "reference";
+  return o;
+}
+
+std::string DecodeUsage() {
+  return R"(usage: attnkit decode [flags]
+
+Runs the same decode steps with the naive concatenating KV update
+(naive_concat: allocate len+1, copy the context, append) and with the
+in-place KV cache (in_place), per context length, and prints allocations,
+bytes allocated and copied, append / attention / step time per step and the
+peak heap held. Exit 1 if the in-place path allocates after its first step,
+copies anything but the new tokens, or disagrees with the naive path or the
+f64 oracle.
+
+  --layers N         attention layers (default 4)
+  --batch N          sequences (default 1)
+  --heads N          query heads (default 32)
+  --kv-heads N       K/V heads, divides --heads (default: --heads)
+  --head-dim N       (default 128)
+  --steps N          decode steps per context length (default 8)
+  --start-len L,...  context lengths before the first step
+                     (default 1024,4096,16384)
+  --dtype f32|bf16   storage of q, k, v (default f32)
+  --layout bhsd|bshd|tv
+                     KV cache layout (default bhsd)
+  --backend NAME     a registered backend (default reference)
+  --seed N           (default 1)
+  --json FILE        also write the rows as JSON
+)";
+}
+
+StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
+  DecodeReportOptions o = DefaultDecodeOptions();
+  bool kv_heads_set = false;
+  for (int i = 0; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+      continue;
+    }
+    std::string_view flag = arg, value;
+    if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else if (arg.starts_with("--")) {
+      if (i + 1 >= argc) {
+        return Status::InvalidArgument(std::string(flag) + " needs a value");
+      }
+      value = argv[++i];
+    } else {
+      return Status::InvalidArgument("unexpected argument '" +
+                                     std::string(arg) + "'");
+    }
+    auto positive = [&](int64_t& out, int64_t max) -> Status {
+      const auto v = ParseInt(value);
+      if (!v || *v < 1 || *v > max) {
+        return BadFlag(
+            flag, value,
+            "must be an integer in [1, " + std::to_string(max) + "]");
+      }
+      out = *v;
+      return Status::Ok();
+    };
+    constexpr int64_t kBig = int64_t{1} << 30;
+    if (flag == "--layers") {
+      ATTNKIT_RETURN_IF_ERROR(positive(o.config.layers, 4096));
+    } else if (flag == "--batch") {
+      ATTNKIT_RETURN_IF_ERROR(positive(o.config.batch, 4096));
+    } else if (flag == "--heads") {
+      ATTNKIT_RETURN_IF_ERROR(positive(o.config.q_heads, 4096));
+    } else if (flag == "--kv-heads") {
+      ATTNKIT_RETURN_IF_ERROR(positive(o.config.kv_heads, 4096));
+      kv_heads_set = true;
+    } else if (flag == "--head-dim") {
+      ATTNKIT_RETURN_IF_ERROR(positive(o.config.head_dim, kMaxHeadDim));
+    } else if (flag == "--steps") {
+      ATTNKIT_RETURN_IF_ERROR(positive(o.config.steps, kBig));
+    } else if (flag == "--seed") {
+      const auto v = ParseInt(value);
+      if (!v || *v < 0) {
+        return BadFlag(flag, value, "must be a non-negative integer");
+      }
+      o.config.seed = static_cast<uint64_t>(*v);
+    } else if (flag == "--start-len") {
+      o.start_lens.clear();
+      std::string_view rest = value;
+      while (true) {
+        const size_t comma = rest.find(',');
+        const std::string_view item = rest.substr(0, comma);
+        const auto v = ParseInt(item);
+        if (!v || *v < 0 || *v > kBig) {
+          return BadFlag(flag, value,
+                         "'" + std::string(item) +
+                             "' is not a length in [0, 2^30]; expected a "
+                             "comma-separated list such as 1024,4096");
+        }
+        o.start_lens.push_back(*v);
+        if (comma == std::string_view::npos) break;
+        rest = rest.substr(comma + 1);
+      }
+    } else if (flag == "--dtype") {
+      const auto d = ParseDType(value);
+      if (!d) return BadFlag(flag, value, "expected f32 or bf16");
+      o.config.dtype = *d;
+    } else if (flag == "--layout") {
+      const auto l = ParseKvLayout(value);
+      if (!l) return BadFlag(flag, value, "expected bhsd, bshd or tv");
+      o.config.layout = *l;
+    } else if (flag == "--backend") {
+      const auto names = RegisteredBackendNames();
+      if (std::find(names.begin(), names.end(), value) == names.end()) {
+        std::string known;
+        for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+        return BadFlag(flag, value,
+                       "not a registered backend (have: " + known + ")");
+      }
+      o.config.backend = std::string(value);
+    } else if (flag == "--json") {
+      if (value.empty()) return BadFlag(flag, value, "needs a file name");
+      o.json_path = std::string(value);
+    } else {
+      return Status::InvalidArgument("unknown flag '" + std::string(flag) +
+                                     "' (see --help)");
+    }
+  }
+  if (!kv_heads_set) o.config.kv_heads = o.config.q_heads;
+  if (o.config.q_heads % o.config.kv_heads != 0) {
+    return BadFlag(
+        "--kv-heads", std::to_string(o.config.kv_heads),
+        "does not divide --heads=" + std::to_string(o.config.q_heads));
+  }
+  return o;
+}
+
+StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
+                                       std::FILE* log) {
+  DecodeReport report;
+  const bool counting = accounting::AllocHooksInstalled();
+  if (!counting) {
+    report.failures.push_back(
+        "allocation hooks are not linked into this binary: allocations "
+        "cannot be verified (link attnkit_alloc_hooks)");
+  }
+  for (const int64_t len : options.start_lens) {
+    DecodeConfig c = options.config;
+    c.start_len = len;
+    c.start_lens.clear();
+    const std::string where = "kv_len=" + std::to_string(len) +
+                              " dtype=" + std::string(DTypeName(c.dtype)) +
+                              " layout=" + std::string(KvLayoutName(c.layout)) +
+                              " backend=" + c.backend;
+    std::vector<float> naive_out;
+    for (DecodeMode mode : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
+      if (log != nullptr) {
+        std::fprintf(log, "decode: %s %s ...\n", where.c_str(),
+                     std::string(DecodeModeName(mode)).c_str());
+        std::fflush(log);
+      }
+      ATTNKIT_ASSIGN_OR_RETURN(auto session, DecodeSession::Create(c, mode));
+      ATTNKIT_RETURN_IF_ERROR(session->Run());
+      report.rows.push_back(Summarize(*session, len));
+      if (mode == DecodeMode::kNaiveConcat) {
+        naive_out = AllOutputs(*session);
+        continue;
+      }
+      // The in-place guarantees, step by step.
+      const std::string name =
+          where + " " + std::string(DecodeModeName(mode)) + ": ";
+      const auto rec = session->records();
+      for (size_t s = 0; s < rec.size(); ++s) {
+        if (s > 0 && counting && rec[s].allocs != 0) {
+          report.failures.push_back(name + "step " + std::to_string(s) +
+                                    " made " + std::to_string(rec[s].allocs) +
+                                    " allocation(s) of " +
+                                    std::to_string(rec[s].bytes_allocated) +
+                                    " bytes (expected 0 after the first step)");
+          break;
+        }
+      }
+      for (size_t s = 0; s < rec.size(); ++s) {
+        if (rec[s].bytes_copied != c.NewTokenBytes()) {
+          report.failures.push_back(
+              name + "step " + std::to_string(s) + " copied " +
+              std::to_string(rec[s].bytes_copied) + " bytes, expected " +
+              "new_token_bytes=" + std::to_string(c.NewTokenBytes()));
+          break;
+        }
+      }
+      const std::vector<float> out = AllOutputs(*session);
+      const double tol =
+          2 * OutputTolerance(c.head_dim, len + c.steps);  // two evaluations
+      double worst = 0;
+      size_t worst_at = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double d = std::fabs(static_cast<double>(out[i]) - naive_out[i]);
+        if (!(d <= worst)) {  // NaN counts as worst
+          worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+          worst_at = i;
+        }
+      }
+      if (out.size() != naive_out.size() || !(worst <= tol)) {
+        const size_t per_step =
+            static_cast<size_t>(c.layers * c.batch * c.q_heads * c.head_dim);
+        report.failures.push_back(
+            name + "output differs from naive_concat by " +
+            std::to_string(worst) + " > tolerance " + std::to_string(tol) +
+            " at step " + std::to_string(worst_at / per_step));
+      }
+      ATTNKIT_ASSIGN_OR_RETURN(const double oracle_err, OracleError(*session));
+      const double otol = OutputTolerance(c.head_dim, len + c.steps);
+      if (!(oracle_err <= otol)) {
+        report.failures.push_back(name +
+                                  "last step differs from the f64 oracle by " +
+                                  std::to_string(oracle_err) + " > tolerance " +
+                                  std::to_string(otol));
+      }
+    }
+  }
+  return report;
+}
+
+std::string FormatDecodeTable(const DecodeReport& report,
+                              const DecodeReportOptions& options) {
+  const DecodeConfig& c = options.config;
+  std::ostringstream os;
+  char line[512];
+  std::snprintf(
+      line, sizeof(line),
+      "decode: backend=%s layers=%lld batch=%lld heads=%lld "
+      "kv_heads=%lld head_dim=%lld dtype=%s layout=%s steps=%lld\n",
+      c.backend.c_str(), static_cast<long long>(c.layers),
+      static_cast<long long>(c.batch), static_cast<long long>(c.q_heads),
+      static_cast<long long>(c.kv_heads), static_cast<long long>(c.head_dim),
+      std::string(DTypeName(c.dtype)).c_str(),
+      std::string(KvLayoutName(c.layout)).c_str(),
+      static_cast<long long>(c.steps));
+  os << line;
+  os << "per step, over steps 2.." << c.steps
+     << " (counts: mean, times: median); peak: most heap bytes the session "
+        "held (cache, inputs, transients)\n";
+  std::snprintf(line, sizeof(line),
+                "%8s %-12s %11s %11s %11s %11s %11s %11s %11s\n", "kv_len",
+                "mode", "allocs", "allocated", "copied", "append_us", "attn_us",
+                "step_us", "peak");
+  os << line;
+  for (const DecodeReportRow& r : report.rows) {
+    std::snprintf(line, sizeof(line),
+                  "%8lld %-12s %11.1f %11s %11s %11.1f %11.1f %11.1f %11s\n",
+                  static_cast<long long>(r.kv_len),
+                  std::string(DecodeModeName(r.mode)).c_str(),
+                  r.allocs_per_step,
+                  HumanBytes(r.bytes_allocated_per_step).c_str(),
+                  HumanBytes(r.bytes_copied_per_step).c_str(), r.append_us,
+                  r.attention_us, r.step_us,
+                  HumanBytes(static_cast<double>(r.peak_bytes)).c_str());
+    os << line;
+    if (r.mode == DecodeMode::kInPlace) {
+      // The ratio line for this kv_len: naive over in place.
+      for (const DecodeReportRow& n : report.rows) {
+        if (n.mode != DecodeMode::kNaiveConcat || n.kv_len != r.kv_len) {
+          continue;
+        }
+        std::snprintf(
+            line, sizeof(line),
+            "%8s naive/in_place: copied x%.0f (in place = new_token_bytes "
+            "%s: %s), append x%.1f, step x%.2f\n",
+            "",
+            n.bytes_copied_per_step / std::max(r.bytes_copied_per_step, 1.0),
+            HumanBytes(static_cast<double>(r.new_token_bytes)).c_str(),
+            r.bytes_copied_per_step == static_cast<double>(r.new_token_bytes)
+                ? "exact"
+                : "MISMATCH",
+            n.append_us / std::max(r.append_us, 1e-3),
+            n.step_us / std::max(r.step_us, 1e-3));
+        os << line;
+      }
+    }
+  }
+  if (report.failures.empty()) {
+    os << "decode: PASS (in place: 0 allocations after the first step, "
+          "exactly new_token_bytes copied per step, outputs match naive and "
+          "the f64 oracle)\n";
+  } else {
+    for (const std::string& f : report.failures)
+      os << "decode: FAIL " << f << "\n";
+  }
+  return os.str();
+}
+
+std::string DecodeReportJson(const DecodeReport& report,
+                             const DecodeReportOptions& options) {
+  const DecodeConfig& c = options.config;
+  std::ostringstream os;
+  os << "{\n  \"schema\": \"attnkit.decode.v1\",\n  \"config\": {"
+     << "\"backend\": " << JsonString(c.backend) << ", \"layers\": " << c.layers
+     << ", \"batch\": " << c.batch << ", \"heads\": " << c.q_heads
+     << ", \"kv_heads\": " << c.kv_heads << ", \"head_dim\": " << c.head_dim
+     << ", \"dtype\": " << JsonString(DTypeName(c.dtype))
+     << ", \"layout\": " << JsonString(KvLayoutName(c.layout))
+     << ", \"steps\": " << c.steps << ", \"seed\": " << c.seed << "},\n"
+     << "  \"rows\": [";
+  for (size_t i = 0; i < report.rows.size(); ++i) {
+    const DecodeReportRow& r = report.rows[i];
+    os << (i ? ",\n    " : "\n    ")
+       << "{\"backend\": " << JsonString(r.backend)
+       << ", \"mode\": " << JsonString(DecodeModeName(r.mode))
+       << ", \"kv_len\": " << r.kv_len
+       << ", \"allocs_per_step\": " << JsonNumber(r.allocs_per_step)
+       << ", \"bytes_allocated_per_step\": "
+       << JsonNumber(r.bytes_allocated_per_step)
+       << ", \"bytes_copied_per_step\": " << JsonNumber(r.bytes_copied_per_step)
+       << ", \"new_token_bytes\": " << r.new_token_bytes
+       << ", \"append_us\": " << JsonNumber(r.append_us)
+       << ", \"attention_us\": " << JsonNumber(r.attention_us)
+       << ", \"step_us\": " << JsonNumber(r.step_us)
+       << ", \"peak_bytes\": " << r.peak_bytes << "}";
+  }
+  os << "\n  ],\n  \"failures\": [";
+  for (size_t i = 0; i < report.failures.size(); ++i) {
+    os << (i ? ", " : "") << JsonString(report.failures[i]);
+  }
+  os << "]\n}\n";
+  return os.str();
+}
+
+int DecodeMain(int argc, char** argv) {
+  auto options = ParseDecodeFlags(argc, argv);
+  if (!options.ok()) {
+    std::fprintf(stderr, "decode: %s\n", options.status().message().c_str());
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(DecodeUsage().c_str(), stdout);
+    return 0;
+  }
+  auto report = RunDecodeReport(*options, stderr);
+  if (!report.ok()) {
+    std::fprintf(stderr, "decode: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  std::fputs(FormatDecodeTable(*report, *options).c_str(), stdout);
+  if (!options->json_path.empty()) {
+    std::FILE* f = std::fopen(options->json_path.c_str(), "w");
+    const std::string json = DecodeReportJson(*report, *options);
+    if (f == nullptr ||
+        std::fwrite(json.data(), 1, json.size(), f) != json.size()) {
+      std::fprintf(stderr, "decode: cannot write --json=%s\n",
+                   options->json_path.c_str());
+      if (f != nullptr) std::fclose(f);
+      return 1;
+    }
+    std::fclose(f);
+  }
+  return report->failures.empty() ? 0 : 1;
+}
+
+}  // namespace attnkit::harness

@@ -1,0 +1,84 @@
+// The decode report of the main job: for each context length, the same
+// decode steps run with the naive concatenating KV update and with the
+// in-place KvCache, metered per step (allocations, bytes copied, time split
+// into append and attention, peak heap), printed side by side and optionally
+// written as JSON. It is also a gate: the in-place path must allocate nothing
+// after its first step, copy exactly the new tokens' bytes per step, and
+// produce the same outputs as the naive path (and as the f64 oracle).
+#ifndef ATTNKIT_HARNESS_DECODE_REPORT_H_
+#define ATTNKIT_HARNESS_DECODE_REPORT_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "runtime/decode_session.h"
+#include "runtime/status.h"
+
+namespace attnkit::harness {
+
+struct DecodeReportOptions {
+  // layers, batch, heads, dtype, layout, steps, backend, seed; start_len is
+  // set per row from start_lens.
+  DecodeConfig config;
+  std::vector<int64_t> start_lens{1024, 4096, 16384};
+  std::string json_path;  // empty: no JSON
+  bool help = false;
+};
+
+// The defaults of `attnkit decode`: one Llama-2-7B-like stack (32 heads of
+// 128, MHA, 4 layers), batch 1, f32, 8 steps.
+DecodeReportOptions DefaultDecodeOptions();
+
+// Parses `--flag value` / `--flag=value` (see DecodeUsage). A bad flag or
+// value is INVALID_ARGUMENT naming both, e.g. "--layers=0: must be an integer
+// >= 1".
+StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv);
+std::string DecodeUsage();
+
+// One row: one context length, one mode. Counts are means over the steps
+// after the first (the first may warm up a backend, e.g. a JIT), times are
+// medians over the same steps; with one step, that step.
+struct DecodeReportRow {
+  std::string backend;
+  DecodeMode mode = DecodeMode::kInPlace;
+  int64_t kv_len = 0;  // context length before the first step
+  double allocs_per_step = 0;
+  double bytes_allocated_per_step = 0;
+  double bytes_copied_per_step = 0;
+  int64_t new_token_bytes = 0;
+  double append_us = 0;
+  double attention_us = 0;
+  double step_us = 0;
+  int64_t peak_bytes = 0;  // -1 without allocation hooks
+};
+
+struct DecodeReport {
+  std::vector<DecodeReportRow> rows;
+  // One line per violated guarantee; empty means the gate passes.
+  std::vector<std::string> failures;
+};
+
+// Runs every context length in both modes. Progress lines go to `log`
+// (may be null). An error Status means the run could not happen (bad
+// configuration, out of memory); broken guarantees are in failures.
+StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
+                                       std::FILE* log);
+
+std::string FormatDecodeTable(const DecodeReport& report,
+                              const DecodeReportOptions& options);
+// {"schema": "attnkit.decode.v1", "config": {...}, "rows": [{backend, mode,
+// kv_len, allocs_per_step, bytes_allocated_per_step, bytes_copied_per_step,
+// new_token_bytes, append_us, attention_us, step_us, peak_bytes}, ...],
+// "failures": [...]}
+std::string DecodeReportJson(const DecodeReport& report,
+                             const DecodeReportOptions& options);
+
+// The whole command: 0 when every guarantee holds, 1 when one is broken or
+// the run failed, 2 for bad flags.
+int DecodeMain(int argc, char** argv);
+
+}  // namespace attnkit::harness
+
+#endif  // ATTNKIT_HARNESS_DECODE_REPORT_H_

@@ -1,0 +1,129 @@
+#include "harness/decode_report.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace attnkit::harness {
+namespace {
+
+StatusOr<DecodeReportOptions> Parse(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return ParseDecodeFlags(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(DecodeReportTest, FlagsParseInBothForms) {
+  auto o =
+      Parse({"--layers", "2", "--heads=8", "--kv-heads", "2", "--head-dim=64",
+             "--steps", "3", "--start-len", "0,17,256", "--dtype", "bf16",
+             "--layout=tv", "--backend", "reference", "--json", "/tmp/x.json"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->config.layers, 2);
+  EXPECT_EQ(o->config.q_heads, 8);
+  EXPECT_EQ(o->config.kv_heads, 2);
+  EXPECT_EQ(o->config.head_dim, 64);
+  EXPECT_EQ(o->config.steps, 3);
+  EXPECT_EQ(o->start_lens, (std::vector<int64_t>{0, 17, 256}));
+  EXPECT_EQ(o->config.dtype, DType::kBF16);
+  EXPECT_EQ(o->config.layout, KvLayout::kTransposedV);
+  EXPECT_EQ(o->json_path, "/tmp/x.json");
+  // --kv-heads follows --heads unless given.
+  o = Parse({"--heads", "12"});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->config.kv_heads, 12);
+}
+
+TEST(DecodeReportTest, BadFlagsNameTheFlagAndValue) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--layers", "0"}, "--layers=0"},
+      {{"--heads=x"}, "--heads=x"},
+      {{"--steps", "-3"}, "--steps=-3"},
+      {{"--head-dim", "5000"}, "--head-dim=5000"},
+      {{"--start-len", "1024,abc"}, "--start-len=1024,abc"},
+      {{"--start-len="}, "--start-len="},
+      {{"--dtype", "f16"}, "--dtype=f16"},
+      {{"--layout", "hsd"}, "--layout=hsd"},
+      {{"--backend", "nope"}, "--backend=nope"},
+      {{"--heads", "8", "--kv-heads", "3"}, "--kv-heads=3"},
+      {{"--frobnicate", "1"}, "--frobnicate"},
+      {{"--layers"}, "--layers needs a value"},
+  };
+  for (const auto& [args, want] : cases) {
+    const auto o = Parse(args);
+    ASSERT_FALSE(o.ok()) << want;
+    EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(o.status().message().find(want), std::string::npos)
+        << o.status().message();
+  }
+  std::string bad = "--dtype=f64";
+  char* argv[] = {bad.data()};
+  EXPECT_EQ(DecodeMain(1, argv), 2);
+}
+
+TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
+  DecodeReportOptions o;
+  o.config.layers = 2;
+  o.config.q_heads = 4;
+  o.config.kv_heads = 2;
+  o.config.head_dim = 16;
+  o.config.steps = 4;
+  o.config.layout = KvLayout::kBSHD;
+  o.start_lens = {8, 64};
+  auto report = RunDecodeReport(o, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->failures.empty()) << report->failures.front();
+  ASSERT_EQ(report->rows.size(), 4u);
+  for (const DecodeReportRow& r : report->rows) {
+    EXPECT_EQ(r.new_token_bytes, 2 * 2 * 2 * 16 * 4);
+    if (r.mode == DecodeMode::kInPlace) {
+      EXPECT_EQ(r.allocs_per_step, 0);
+      EXPECT_EQ(r.bytes_copied_per_step, r.new_token_bytes);
+    } else {
+      // Mean over steps 2..4 of the context (kv_len + 2..4 tokens) re-copied.
+      EXPECT_EQ(r.bytes_copied_per_step,
+                static_cast<double>(r.new_token_bytes) * (r.kv_len + 3));
+      EXPECT_GE(r.allocs_per_step, 2 * 2);
+    }
+    EXPECT_GT(r.peak_bytes, 0);
+  }
+  const std::string table = FormatDecodeTable(*report, o);
+  EXPECT_NE(table.find("decode: PASS"), std::string::npos) << table;
+
+  const std::string json = DecodeReportJson(*report, o);
+  const std::string rows_json = json.substr(json.find("\"rows\""));
+  const std::set<std::string> want = {"backend",
+                                      "mode",
+                                      "kv_len",
+                                      "allocs_per_step",
+                                      "bytes_allocated_per_step",
+                                      "bytes_copied_per_step",
+                                      "new_token_bytes",
+                                      "append_us",
+                                      "attention_us",
+                                      "step_us",
+                                      "peak_bytes"};
+  const std::regex row_re(R"(\{"backend"[^}]*\})");
+  const std::regex key_re(R"#("([a-z_]+)":)#");
+  int rows = 0;
+  for (auto it =
+           std::sregex_iterator(rows_json.begin(), rows_json.end(), row_re);
+       it != std::sregex_iterator(); ++it, ++rows) {
+    const std::string row = it->str();
+    std::set<std::string> keys;
+    for (auto k = std::sregex_iterator(row.begin(), row.end(), key_re);
+         k != std::sregex_iterator(); ++k) {
+      keys.insert((*k)[1]);
+    }
+    EXPECT_EQ(keys, want) << row;
+  }
+  EXPECT_EQ(rows, 4);
+  EXPECT_NE(json.find("\"mode\": \"naive_concat\""), std::string::npos);
+  EXPECT_NE(json.find("\"mode\": \"in_place\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnkit::harness
