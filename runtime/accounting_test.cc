@@ -143,10 +143,12 @@ TEST(AccountingTest, ExternalAllocatorsReportThroughRecordAlloc) {
 TEST(AccountingTest, CountsAllocationsOfEveryThreadExactly) {
   constexpr int kThreads = 4, kAllocs = 5000;
   std::atomic<bool> go{false}, exit{false};
-  std::atomic<int> done{0};
+  std::atomic<int> ready{0}, done{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
+      // Thread start-up allocates (TLS, sanitizer state): before the meter.
+      ready.fetch_add(1);
       while (!go.load()) std::this_thread::yield();
       for (int i = 0; i < kAllocs; ++i) {
         void* p = std::malloc(16);
@@ -158,6 +160,7 @@ TEST(AccountingTest, CountsAllocationsOfEveryThreadExactly) {
       while (!exit.load()) std::this_thread::yield();
     });
   }
+  while (ready.load() < kThreads) std::this_thread::yield();
   Counts c;
   {
     Meter m;

@@ -33,7 +33,14 @@
 
 #if ATTNKIT_HOOKS_ASAN
 
-#include <sanitizer/allocator_interface.h>
+// From <sanitizer/allocator_interface.h>, which GCC 12 does not ship (its
+// libasan exports both functions).
+extern "C" {
+int __sanitizer_install_malloc_and_free_hooks(
+    void (*malloc_hook)(const volatile void*, size_t),
+    void (*free_hook)(const volatile void*));
+size_t __sanitizer_get_allocated_size(const volatile void* p);
+}
 
 namespace {
 
@@ -44,8 +51,8 @@ void AsanMallocHook(const volatile void* ptr, size_t size) {
 
 void AsanFreeHook(const volatile void* ptr) {
   if (ptr == nullptr || !attnkit::accounting::internal::Active()) return;
-  attnkit::accounting::internal::OnFree(static_cast<int64_t>(
-      __sanitizer_get_allocated_size(const_cast<const void*>(ptr))));
+  attnkit::accounting::internal::OnFree(
+      static_cast<int64_t>(__sanitizer_get_allocated_size(ptr)));
 }
 
 struct InstallHooks {

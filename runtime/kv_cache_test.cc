@@ -9,6 +9,12 @@
 #include "runtime/accounting.h"
 #include "runtime/random.h"
 
+// Under AddressSanitizer, let an impossible allocation fail as it does in
+// production (nullptr / bad_alloc) instead of aborting the test.
+extern "C" const char* __asan_default_options() {
+  return "allocator_may_return_null=1";
+}
+
 namespace attnkit {
 namespace {
 
