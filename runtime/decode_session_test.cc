@@ -40,8 +40,10 @@ std::unique_ptr<DecodeSession> MustCreate(const DecodeConfig& c,
 // wrong key, a stale or missing token moves outputs by ~1e-2 or more.
 constexpr double kTolerance = 3e-5;
 
-class DecodeSessionTest
-    : public ::testing::TestWithParam<std::tuple<DType, KvLayout>> {};
+// Every registered backend (runtime/backends.inc), so a new backend is held to
+// "no allocation per decode step" the moment it is registered.
+class DecodeSessionTest : public ::testing::TestWithParam<
+                              std::tuple<std::string, DType, KvLayout>> {};
 
 // The proofs of the issue on one configuration per dtype x layout, both modes
 // stepped in lockstep on identical inputs:
@@ -50,8 +52,24 @@ class DecodeSessionTest
 //   - naive concat: copies the whole context every step (grows linearly);
 //   - every step's outputs agree between the modes and with the f64 oracle.
 TEST_P(DecodeSessionTest, InPlaceMatchesNaiveWithoutAllocatingOrRecopying) {
-  const auto [dtype, layout] = GetParam();
-  const DecodeConfig c = SmallConfig(dtype, layout);
+  const auto [backend, dtype, layout] = GetParam();
+  DecodeConfig c = SmallConfig(dtype, layout);
+  c.backend = backend;
+  {
+    AttentionProblem p;
+    p.batch = c.batch;
+    p.q_heads = c.q_heads;
+    p.kv_heads = c.kv_heads;
+    p.head_dim = c.head_dim;
+    p.dtype = dtype;
+    p.layout = layout;
+    p.q_lens = {1, 1};
+    p.kv_lens = {c.start_lens[0] + 1, c.start_lens[1] + 1};
+    auto b = MakeBackend(backend);
+    ASSERT_TRUE(b.ok());
+    if (const Status s = (*b)->Supports(p); !s.ok())
+      GTEST_SKIP() << s.message();
+  }
   auto in_place = MustCreate(c, DecodeMode::kInPlace);
   auto naive = MustCreate(c, DecodeMode::kNaiveConcat);
   ASSERT_TRUE(in_place && naive);
@@ -127,12 +145,14 @@ TEST_P(DecodeSessionTest, InPlaceMatchesNaiveWithoutAllocatingOrRecopying) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllLayouts, DecodeSessionTest,
-    ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16),
+    ::testing::Combine(::testing::ValuesIn(RegisteredBackendNames()),
+                       ::testing::Values(DType::kF32, DType::kBF16),
                        ::testing::Values(KvLayout::kBHSD, KvLayout::kBSHD,
                                          KvLayout::kTransposedV)),
     [](const auto& info) {
-      return std::string(DTypeName(std::get<0>(info.param))) + "_" +
-             std::string(KvLayoutName(std::get<1>(info.param)));
+      return std::get<0>(info.param) + "_" +
+             std::string(DTypeName(std::get<1>(info.param))) + "_" +
+             std::string(KvLayoutName(std::get<2>(info.param)));
     });
 
 TEST(DecodeSessionConfigTest, NaiveCopiesGrowLinearlyWithLength) {
