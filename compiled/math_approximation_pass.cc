@@ -1,0 +1,66 @@
+//===- math_approximation_pass.cc - exp2/log2 as polynomials
+//---------------===//
+//
+// `attnkit-approximate-math` rewrites math.exp2 / math.exp / math.log2 /
+// math.log into upstream's polynomial approximations (arith ops only), so the
+// softmax exponentials vectorize instead of calling libm one element at a
+// time.
+//
+// Before:
+//   %p = math.exp2 %x : f32
+// After:
+//   %p = <range reduction, a degree-5 polynomial, exponent bit insertion>
+//        (arith.mulf / arith.addf / arith.fptosi / arith.bitcast ...)
+//
+// The approximations are within a few ulp of libm and keep the special cases
+// that softmax relies on: exp2(-inf) = 0 and NaN in, NaN out.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiled/passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Approximation.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+using namespace mlir;
+
+namespace attnkit::compiled {
+namespace {
+
+class ApproximateMathPass
+    : public PassWrapper<ApproximateMathPass, OperationPass<>> {
+public:
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ApproximateMathPass)
+
+  StringRef getArgument() const override { return "attnkit-approximate-math"; }
+  StringRef getDescription() const override {
+    return "Replace exp/exp2/log/log2 by polynomial approximations";
+  }
+  void getDependentDialects(DialectRegistry &registry) const override {
+    registry.insert<arith::ArithDialect, math::MathDialect,
+                    vector::VectorDialect>();
+  }
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    auto wanted = [](StringRef name) {
+      return name == "exp" || name == "exp2" || name == "log" || name == "log2";
+    };
+    populateMathF32ExpansionPatterns(patterns, wanted);
+    populateMathPolynomialApproximationPatterns(patterns, wanted);
+    if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Pass> createApproximateMathPass() {
+  return std::make_unique<ApproximateMathPass>();
+}
+
+} // namespace attnkit::compiled
