@@ -1,0 +1,81 @@
+// The backend interface every attention implementation provides, and the one
+// registry (runtime/backends.inc) that dispatch, the differential tests and
+// the benchmarks iterate.
+#ifndef ATTNKIT_RUNTIME_BACKEND_H_
+#define ATTNKIT_RUNTIME_BACKEND_H_
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/problem.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace attnkit {
+
+// Appending new tokens to a preallocated KV cache, in place.
+//   k_cache, v_cache : [batch, kv_heads, capacity, head_dim] in the cache's
+//                      layout (strides) and storage dtype
+//   new_k, new_v     : [batch, kv_heads, >= max(new_lens), head_dim], same
+//                      dtype, any strides
+// Sequence b's tokens t < new_lens[b] go to position positions[b] + t. Only
+// those bytes are written.
+struct KvAppendArgs {
+  TensorView k_cache, v_cache;
+  TensorView new_k, new_v;
+  std::span<const int64_t> positions;
+  std::span<const int64_t> new_lens;
+};
+
+// Checks shapes, dtypes and that every sequence fits: an overflow is an
+// OUT_OF_RANGE error naming the sequence, its length and the capacity.
+Status ValidateAppend(const KvAppendArgs& a);
+
+// The portable strided append (element by element, contiguous runs with
+// memcpy). Returns the number of bytes written. Preconditions: ValidateAppend.
+int64_t AppendKvStrided(const KvAppendArgs& a);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Ok when this backend can run `p`; otherwise UNIMPLEMENTED naming what it
+  // lacks (the tester skips, never fails, an unsupported problem).
+  virtual Status Supports(const AttentionProblem& p) const {
+    return Status::Ok();
+  }
+
+  // out = softmax(scale * q k^T + mask) v. Implementations validate with
+  // ValidateArgs (cheap) and must not allocate once warmed up for a shape.
+  virtual Status Attention(const AttentionProblem& p,
+                           const AttentionArgs& args) = 0;
+
+  // In-place KV append in this backend's way. Validates, then writes only the
+  // new tokens.
+  virtual Status AppendKv(const KvAppendArgs& a) {
+    ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+    AppendKvStrided(a);
+    return Status::Ok();
+  }
+};
+
+using BackendFactory = std::unique_ptr<Backend> (*)();
+
+struct BackendInfo {
+  std::string_view name;
+  BackendFactory make;
+};
+
+// Every backend this build has, in runtime/backends.inc order.
+std::span<const BackendInfo> RegisteredBackends();
+std::vector<std::string> RegisteredBackendNames();
+// NOT_FOUND lists the registered names.
+StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view name);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_RUNTIME_BACKEND_H_

@@ -1,0 +1,108 @@
+// The attention problem: shapes, mask, scale, dtype and KV layout, and the
+// tensors a backend reads and writes. Everything a user can get wrong is
+// checked by Validate()/ValidateArgs(), which name the bad field and value.
+#ifndef ATTNKIT_RUNTIME_PROBLEM_H_
+#define ATTNKIT_RUNTIME_PROBLEM_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace attnkit {
+
+// Query i of a sequence with lengths (q_len, kv_len) sits at absolute position
+// p = kv_len - q_len + i (the query block is aligned to the END of the
+// context, so decode's single query sees everything).
+//   kNone   : every key j < kv_len.
+//   kCausal : keys j <= p.                (requires q_len <= kv_len)
+//   kWindow : keys p - window < j <= p, i.e. the last `window` positions up to
+//             and including its own.      (requires q_len <= kv_len)
+//   kBias   : every key, plus bias[b, h, i, j] (f32; -inf masks a key).
+// A row that sees no key (kv_len == 0, or a bias row of -inf) outputs zeros.
+enum class MaskKind : uint8_t { kNone = 0, kCausal, kWindow, kBias };
+
+// Memory layout of K and V (strides of their [batch, kv_heads, seq, dim]
+// views):
+//   kBHSD        : K and V are [b][h][s][d].
+//   kBSHD        : K and V are [b][s][h][d] (token-major, as projections emit).
+//   kTransposedV : K is [b][h][s][d]; V is [b][h][d][s] so P.V reads V
+//                  contiguously along the sequence.
+enum class KvLayout : uint8_t { kBHSD = 0, kBSHD, kTransposedV };
+
+std::string_view MaskKindName(MaskKind m);  // none|causal|window|bias
+std::string_view KvLayoutName(KvLayout l);  // bhsd|bshd|tv
+std::optional<MaskKind> ParseMaskKind(std::string_view s);
+std::optional<KvLayout> ParseKvLayout(std::string_view s);
+
+inline constexpr int64_t kMaxHeadDim = 1024;
+
+struct AttentionProblem {
+  int64_t batch = 1;
+  int64_t q_heads = 1;
+  int64_t kv_heads = 1;  // GQA/MQA: q_heads % kv_heads == 0
+  int64_t head_dim = 64;
+  std::vector<int64_t> q_lens{1};   // one per sequence; 0 allowed
+  std::vector<int64_t> kv_lens{1};  // one per sequence; 0 allowed
+  MaskKind mask = MaskKind::kNone;
+  int64_t window = 0;          // only with MaskKind::kWindow, must be >= 1
+  std::optional<float> scale;  // default 1/sqrt(head_dim)
+  DType dtype = DType::kF32;   // storage of q, k, v; math is f32
+  KvLayout layout = KvLayout::kBHSD;
+
+  Status Validate() const;
+
+  float EffectiveScale() const;
+  int64_t max_q_len() const;
+  int64_t max_kv_len() const;
+  int64_t group_size() const { return q_heads / kv_heads; }  // q per kv head
+  // The kv head that query head h reads (GQA by index, never by copy).
+  int64_t KvHeadOf(int64_t q_head) const { return q_head / group_size(); }
+  // Multiply-adds of QK^T plus PV over visible keys, times 2: the FLOP count
+  // benchmarks report.
+  double Flops() const;
+
+  // A canonical one-line form, e.g.
+  //   b=2,hq=8,hkv=2,d=64,q=3:1,kv=17:300,mask=causal,dtype=f32,layout=bhsd
+  // ParseProblem(ToString()) round-trips exactly.
+  std::string ToString() const;
+};
+
+StatusOr<AttentionProblem> ParseProblem(std::string_view text);
+
+// Keys [begin, end) that query i of sequence b may see under the mask's
+// structure (bias entries of -inf can hide more).
+struct KeyRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool empty() const { return end <= begin; }
+};
+KeyRange VisibleKeys(const AttentionProblem& p, int64_t b, int64_t i);
+
+// The tensors of one attention call. Logical shapes are always canonical:
+//   q, out : [batch, q_heads,  >= max_q_len,  head_dim]
+//   k, v   : [batch, kv_heads, >= max_kv_len, head_dim]
+//   bias   : [batch, q_heads or 1, >= max_q_len, >= max_kv_len] (kBias only)
+// q, k, v are in the problem's dtype; bias and out are f32. Extents may exceed
+// the lengths (a KV-cache prefix keeps its capacity strides). Backends write
+// out rows i < q_lens[b] only. The layout fixes which dims are unit-stride:
+// d for q, out and k; d for v except kTransposedV, where it is s.
+struct AttentionArgs {
+  TensorView q, k, v, bias, out;
+};
+
+Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& args);
+
+// Strides of a K or V tensor of shape [batch, kv_heads, seq, head_dim] in
+// `layout` (`is_v` selects V's layout).
+std::array<int64_t, 4> KvStrides(KvLayout layout, bool is_v,
+                                 const std::array<int64_t, 4>& shape);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_RUNTIME_PROBLEM_H_

@@ -1,0 +1,107 @@
+#include "runtime/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+#include <utility>
+
+namespace attnkit {
+
+float TensorView::Load(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const {
+  const int64_t off = Offset(i0, i1, i2, i3);
+  if (dtype == DType::kBF16)
+    return static_cast<const bf16*>(data)[off].ToFloat();
+  return static_cast<const float*>(data)[off];
+}
+
+void TensorView::Store(int64_t i0, int64_t i1, int64_t i2, int64_t i3,
+                       float v) const {
+  const int64_t off = Offset(i0, i1, i2, i3);
+  if (dtype == DType::kBF16) {
+    static_cast<bf16*>(data)[off] = bf16::FromFloat(v);
+  } else {
+    static_cast<float*>(data)[off] = v;
+  }
+}
+
+TensorView TensorView::Slice(std::array<int64_t, 4> begin,
+                             std::array<int64_t, 4> extent) const {
+  TensorView v = *this;
+  int64_t off = 0;
+  for (int i = 0; i < 4; ++i) {
+    assert(begin[i] >= 0 && extent[i] >= 0 && begin[i] + extent[i] <= shape[i]);
+    off += begin[i] * strides[i];
+    v.shape[i] = extent[i];
+  }
+  if (data != nullptr) {
+    v.data = static_cast<char*>(data) + off * DTypeSize(dtype);
+  }
+  return v;
+}
+
+std::string TensorView::DebugString() const {
+  std::ostringstream os;
+  os << DTypeName(dtype) << "[" << shape[0] << "," << shape[1] << ","
+     << shape[2] << "," << shape[3] << "] strides[" << strides[0] << ","
+     << strides[1] << "," << strides[2] << "," << strides[3] << "]";
+  return os.str();
+}
+
+std::array<int64_t, 4> PermutedStrides(const std::array<int64_t, 4>& shape,
+                                       const std::array<int, 4>& order) {
+  std::array<int64_t, 4> strides{};
+  int64_t s = 1;
+  for (int i = 3; i >= 0; --i) {
+    strides[order[i]] = s;
+    s *= shape[order[i]];
+  }
+  return strides;
+}
+
+std::array<int64_t, 4> ContiguousStrides(const std::array<int64_t, 4>& shape) {
+  return PermutedStrides(shape, {0, 1, 2, 3});
+}
+
+AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  data_ = std::aligned_alloc(kAlignment, rounded);
+  if (data_ == nullptr) throw std::bad_alloc();
+  std::memset(data_, 0, rounded);
+}
+
+AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+
+AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)) {}
+
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+Tensor Tensor::Allocate(DType dtype, std::array<int64_t, 4> shape,
+                        std::array<int64_t, 4> strides) {
+  int64_t span = 1;  // one past the furthest element
+  bool empty = false;
+  for (int i = 0; i < 4; ++i) {
+    if (shape[i] == 0) empty = true;
+    span += (shape[i] - 1) * strides[i];
+  }
+  Tensor t;
+  t.buffer =
+      AlignedBuffer(empty ? 0 : static_cast<size_t>(span) * DTypeSize(dtype));
+  t.view.data = t.buffer.data();
+  t.view.dtype = dtype;
+  t.view.shape = shape;
+  t.view.strides = strides;
+  return t;
+}
+
+}  // namespace attnkit

@@ -1,0 +1,92 @@
+// Non-owning strided tensor views and the one aligned buffer type that owns
+// memory. Extents and strides are 64-bit; strides are in elements.
+#ifndef ATTNKIT_RUNTIME_TENSOR_H_
+#define ATTNKIT_RUNTIME_TENSOR_H_
+
+#include <array>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/dtype.h"
+
+namespace attnkit {
+
+// A rank-4 view. Attention always uses the canonical logical order
+// [batch, heads, seq, dim]; a memory layout (BHSD, BSHD, transposed V) is only
+// a choice of strides. Unused dims have extent 1.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::array<int64_t, 4> shape{0, 0, 0, 0};
+  std::array<int64_t, 4> strides{0, 0, 0, 0};
+
+  bool is_null() const { return data == nullptr; }
+  int64_t NumElements() const {
+    return shape[0] * shape[1] * shape[2] * shape[3];
+  }
+  int64_t Offset(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const {
+    assert(i0 >= 0 && i0 < shape[0] && i1 >= 0 && i1 < shape[1]);
+    assert(i2 >= 0 && i2 < shape[2] && i3 >= 0 && i3 < shape[3]);
+    return i0 * strides[0] + i1 * strides[1] + i2 * strides[2] +
+           i3 * strides[3];
+  }
+  template <typename T>
+  T* As() const {
+    assert(static_cast<int64_t>(sizeof(T)) == DTypeSize(dtype));
+    return static_cast<T*>(data);
+  }
+  // Element access converted to f32 (slow paths: reference, tests).
+  float Load(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const;
+  void Store(int64_t i0, int64_t i1, int64_t i2, int64_t i3, float v) const;
+
+  // The same memory seen with two dims' roles unchanged but a sub-range:
+  // [i0, i0 + n0) x ... Used to view one sequence or one cache prefix.
+  TensorView Slice(std::array<int64_t, 4> begin,
+                   std::array<int64_t, 4> extent) const;
+  std::string DebugString() const;
+};
+
+// Row-major strides for `shape` permuted by `order` (order[0] outermost).
+std::array<int64_t, 4> PermutedStrides(const std::array<int64_t, 4>& shape,
+                                       const std::array<int, 4>& order);
+std::array<int64_t, 4> ContiguousStrides(const std::array<int64_t, 4>& shape);
+
+// 64-byte aligned, zero-initialised heap memory (one cache line, and one
+// AVX-512 vector, per alignment unit). Move-only.
+class AlignedBuffer {
+ public:
+  static constexpr size_t kAlignment = 64;
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes);
+  ~AlignedBuffer();
+  AlignedBuffer(AlignedBuffer&& o) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// A buffer plus the view of it.
+struct Tensor {
+  AlignedBuffer buffer;
+  TensorView view;
+
+  // Allocates shape with the given strides (which must fit in the buffer).
+  static Tensor Allocate(DType dtype, std::array<int64_t, 4> shape,
+                         std::array<int64_t, 4> strides);
+  static Tensor Contiguous(DType dtype, std::array<int64_t, 4> shape) {
+    return Allocate(dtype, shape, ContiguousStrides(shape));
+  }
+};
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_RUNTIME_TENSOR_H_
