@@ -550,18 +550,30 @@ void FlashRewriter::rewrite() {
                   b, loc,
                   arith::SelectOp::create(b, loc, isZero, zero, r).getResult());
             });
+        // Both results are written straight into slices of the outputs
+        // (no copy out of the tile buffers).
+        SmallVector<OpFoldResult> ones3(3, b.getIndexAttr(1)),
+            ones2(2, b.getIndexAttr(1));
+        SmallVector<OpFoldResult> oOff{b.getIndexAttr(0), i0,
+                                       b.getIndexAttr(0)};
+        SmallVector<OpFoldResult> oSize{gs, bq, ds};
+        SmallVector<OpFoldResult> lOff{b.getIndexAttr(0), i0};
+        SmallVector<OpFoldResult> lSize{gs, bq};
+        Value oDest = tensor::ExtractSliceOp::create(b, loc, outerArgs[0], oOff,
+                                                     oSize, ones3);
+        Value lDest = tensor::ExtractSliceOp::create(b, loc, outerArgs[1], lOff,
+                                                     lSize, ones2);
         Value oTile = genericOne(
-            b, ValueRange{inv}, ValueRange{accFin},
-            {map(3, {0, 1}), map(3, {0, 1, 2})}, {kPar, kPar, kPar},
-            [&](OpBuilder &b, Location loc, ValueRange a) {
+            b, ValueRange{inv, accFin}, ValueRange{oDest},
+            {map(3, {0, 1}), map(3, {0, 1, 2}), map(3, {0, 1, 2})},
+            {kPar, kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
               linalg::YieldOp::create(
                   b, loc,
                   arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
             });
         // LSE in natural log: (m + log2 l) * ln 2, -inf for an empty row.
         Value lseTile = genericOne(
-            b, ValueRange{mFin, lFin},
-            ValueRange{tile(b, {g_, bqMax}, {gs, bq})}, rowMaps(2, 1),
+            b, ValueRange{mFin, lFin}, ValueRange{lDest}, rowMaps(2, 1),
             {kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
               Value zero = cstF(b, 0.0f);
               Value isZero = arith::CmpFOp::create(
@@ -575,16 +587,10 @@ void FlashRewriter::rewrite() {
                   arith::SelectOp::create(b, loc, isZero, cstF(b, negInf), nat)
                       .getResult());
             });
-        SmallVector<OpFoldResult> ones3(3, b.getIndexAttr(1)),
-            ones2(2, b.getIndexAttr(1));
         Value outNew = tensor::InsertSliceOp::create(
-            b, loc, oTile, outerArgs[0],
-            ArrayRef<OpFoldResult>{b.getIndexAttr(0), i0, b.getIndexAttr(0)},
-            ArrayRef<OpFoldResult>{gs, bq, ds}, ones3);
+            b, loc, oTile, outerArgs[0], oOff, oSize, ones3);
         Value lseNew = tensor::InsertSliceOp::create(
-            b, loc, lseTile, outerArgs[1],
-            ArrayRef<OpFoldResult>{b.getIndexAttr(0), i0},
-            ArrayRef<OpFoldResult>{gs, bq}, ones2);
+            b, loc, lseTile, outerArgs[1], lOff, lSize, ones2);
         scf::YieldOp::create(b, loc, ValueRange{outNew, lseNew});
       });
   (void)ctx;
