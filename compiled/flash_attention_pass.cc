@@ -65,6 +65,7 @@
 #include "mlir/Dialect/Utils/StructuredOpsUtils.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Pass/Pass.h"
 
 #include <cmath>
@@ -642,6 +643,14 @@ public:
     FlashAttentionOptions opts{queryTile, kvTile};
     for (const AttentionChain &c : chains)
       FlashRewriter(c, opts).rewrite();
+    // The naive chain's inits (S×S tensor.empty, fills) are now dead; one
+    // reverse sweep erases users before their operands.
+    if (getOperation().isExternal())
+      return;
+    for (Operation &op : llvm::make_early_inc_range(
+             llvm::reverse(getOperation().getBody().front())))
+      if (isOpTriviallyDead(&op))
+        op.erase();
   }
 
   Option<int64_t> queryTile{*this, "query-tile",

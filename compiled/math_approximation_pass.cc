@@ -4,7 +4,7 @@
 // `attnkit-approximate-math` rewrites math.exp2 / math.exp / math.log2 /
 // math.log into upstream's polynomial approximations (arith ops only), so the
 // softmax exponentials vectorize instead of calling libm one element at a
-// time.
+// time. Upstream has no exp2/log2 approximation: they go through exp/log.
 //
 // Before:
 //   %p = math.exp2 %x : f32
@@ -24,6 +24,8 @@
 #include "mlir/Dialect/Math/Transforms/Approximation.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "mlir/Pass/Pass.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
@@ -31,6 +33,40 @@ using namespace mlir;
 
 namespace attnkit::compiled {
 namespace {
+
+/// exp2(x) = exp(x * ln 2): upstream approximates exp (whose own range
+/// reduction multiplies by log2(e) again; two multiplies per element).
+struct Exp2ToExp : OpRewritePattern<math::Exp2Op> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::Exp2Op op,
+                                PatternRewriter &rewriter) const override {
+    if (!getElementTypeOrSelf(op.getType()).isF32())
+      return failure();
+    Value ln2 = arith::ConstantOp::create(
+        rewriter, op.getLoc(),
+        rewriter.getFloatAttr(op.getType(), 0.6931471805599453));
+    Value x =
+        arith::MulFOp::create(rewriter, op.getLoc(), op.getOperand(), ln2);
+    rewriter.replaceOpWithNewOp<math::ExpOp>(op, x);
+    return success();
+  }
+};
+
+/// log2(x) = log(x) * log2(e).
+struct Log2ToLog : OpRewritePattern<math::Log2Op> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::Log2Op op,
+                                PatternRewriter &rewriter) const override {
+    if (!getElementTypeOrSelf(op.getType()).isF32())
+      return failure();
+    Value log = math::LogOp::create(rewriter, op.getLoc(), op.getOperand());
+    Value l2e = arith::ConstantOp::create(
+        rewriter, op.getLoc(),
+        rewriter.getFloatAttr(op.getType(), 1.4426950408889634));
+    rewriter.replaceOpWithNewOp<arith::MulFOp>(op, log, l2e);
+    return success();
+  }
+};
 
 class ApproximateMathPass
     : public PassWrapper<ApproximateMathPass, OperationPass<>> {
@@ -48,8 +84,10 @@ public:
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     auto wanted = [](StringRef name) {
-      return name == "exp" || name == "exp2" || name == "log" || name == "log2";
+      name.consume_front("math.");
+      return name == "exp" || name == "log";
     };
+    patterns.add<Exp2ToExp, Log2ToLog>(&getContext());
     populateMathF32ExpansionPatterns(patterns, wanted);
     populateMathPolynomialApproximationPatterns(patterns, wanted);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
