@@ -33,8 +33,10 @@ KernelSpec specFor(const AttentionProblem &p) {
 }
 
 KernelCache &globalKernelCache() {
-  static KernelCache cache;
-  return cache;
+  // Leaked on purpose: the JIT'd engines must not be torn down during static
+  // destruction, after LLVM's own statics are gone (a crash at exit).
+  static KernelCache *cache = new KernelCache();
+  return *cache;
 }
 
 namespace {

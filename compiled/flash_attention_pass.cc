@@ -386,9 +386,10 @@ void FlashRewriter::rewrite() {
   auto qTy = cast<RankedTensorType>(q.getType());
   g_ = qTy.getDimSize(0);
   d_ = qTy.getDimSize(2);
-  // V is [N, D], or [D, N] when transposed: its map is (g,i,d,j) -> (d, j).
+  // V is transposed when its first index is the output's head_dim index.
   AffineMap vMap = c_.pv.getIndexingMapsArray()[1];
-  bool vTransposed = vMap.getResult(0) == b_.getAffineDimExpr(2);
+  AffineMap oMap = c_.pv.getIndexingMapsArray()[2];
+  bool vTransposed = vMap.getResult(0) == oMap.getResult(2);
   const int64_t bqMax = opts_.queryTile, bkMax = opts_.kvTile;
   const float negInf = -std::numeric_limits<float>::infinity();
 

@@ -252,13 +252,21 @@ OwningOpRef<ModuleOp> NaiveBuilder::build() {
           })
           .getResult(0);
 
-  // O[g,i,d] = sum_j P[g,i,j] * V[j,d]  (V[d,j] when V is transposed).
-  AffineMap vMap = spec_.vTransposed ? map(4, {2, 3}) : map(4, {3, 2});
+  // O[g,i,d] = sum_j P[g,i,j] * V[j,d]  (V[d,j] when V is transposed). The
+  // loop order puts V's unit-stride dim innermost: (g,i,j,d) for V[j,d],
+  // (g,i,d,j) for V[d,j].
+  bool vt = spec_.vTransposed;
+  SmallVector<AffineMap> pvMaps =
+      vt ? SmallVector<AffineMap>{map(4, {0, 1, 3}), map(4, {2, 3}),
+                                  map(4, {0, 1, 2})}
+         : SmallVector<AffineMap>{map(4, {0, 1, 2}), map(4, {2, 3}),
+                                  map(4, {0, 1, 3})};
+  SmallVector<IteratorType> pvIters =
+      vt ? SmallVector<IteratorType>{kPar, kPar, kPar, kRed}
+         : SmallVector<IteratorType>{kPar, kPar, kRed, kPar};
   Value o = linalg::GenericOp::create(
                 b_, TypeRange{outTensorTy}, ValueRange{p, v},
-                ValueRange{filled({gs, m, ds}, 0.0f)},
-                ArrayRef<AffineMap>{map(4, {0, 1, 3}), vMap, map(4, {0, 1, 2})},
-                ArrayRef<IteratorType>{kPar, kPar, kPar, kRed},
+                ValueRange{filled({gs, m, ds}, 0.0f)}, pvMaps, pvIters,
                 [&](OpBuilder &b, Location loc, ValueRange a) {
                   Value prod = arith::MulFOp::create(
                       b, loc, a[0], toF32(b, loc, a[1]), flags);

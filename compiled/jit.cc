@@ -12,6 +12,7 @@
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -57,6 +58,7 @@ void initNativeTargetOnce() {
 } // namespace
 
 struct CompiledKernel::Impl {
+  std::unique_ptr<llvm::TargetMachine> optTm; // used by the -O3 transformer
   std::unique_ptr<mlir::ExecutionEngine> engine;
 };
 
@@ -96,12 +98,21 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
     return nullptr;
   }
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  // Two target machines: ExecutionEngine::create consumes (and destroys, when
+  // it returns) the one it is given, but the optimizing transformer runs
+  // later, when lookup() materializes the module, so its TM must outlive
+  // create(); it is kept in Impl. (Sharing one TM was a use-after-free:
+  // intermittent hangs in codegen and crashes.)
   auto tm = jtmb->createTargetMachine();
-  if (!tm) {
-    error = llvm::toString(tm.takeError());
+  auto optTm = jtmb->createTargetMachine();
+  if (!tm || !optTm) {
+    error = !tm ? llvm::toString(tm.takeError())
+                : llvm::toString(optTm.takeError());
     return nullptr;
   }
-  auto transformer = mlir::makeOptimizingTransformer(3, 0, tm->get());
+  auto impl = std::make_unique<Impl>();
+  impl->optTm = std::move(*optTm);
+  auto transformer = mlir::makeOptimizingTransformer(3, 0, impl->optTm.get());
   mlir::ExecutionEngineOptions eo;
   eo.transformer = transformer;
   eo.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
@@ -130,8 +141,8 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
     return nullptr;
   }
   std::unique_ptr<CompiledKernel> kernel(new CompiledKernel());
-  kernel->impl_ = std::make_unique<Impl>();
-  kernel->impl_->engine = std::move(*engine);
+  impl->engine = std::move(*engine);
+  kernel->impl_ = std::move(impl);
   kernel->fn_ = reinterpret_cast<AttentionFn>(*sym);
   kernel->spec_ = spec;
   kernel->compileMillis_ = std::chrono::duration<double, std::milli>(

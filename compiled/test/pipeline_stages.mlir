@@ -9,7 +9,7 @@
 // NAIVE: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
 // NAIVE: math.exp
 // NAIVE: arith.divf
-// NAIVE: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
+// NAIVE: iterator_types = ["parallel", "parallel", "reduction", "parallel"]
 
 // Window: the KV loop starts at max(0, p0 + i0 - W + 1).
 // FUSED: %[[P:.*]] = arith.addi %arg9, %arg7 : index
