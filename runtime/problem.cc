@@ -172,9 +172,11 @@ Status AttentionProblem::Validate() const {
       }
     }
   }
-  if (scale && (!std::isfinite(*scale) || *scale == 0.0f)) {
+  if (scale && (!std::isfinite(*scale) || *scale == 0.0f ||
+                std::fabs(*scale) > kMaxAbsScale)) {
     std::ostringstream os;
-    os << "scale=" << *scale << " must be finite and non-zero";
+    os << "scale=" << *scale << " must be finite, non-zero and at most "
+       << kMaxAbsScale << " in magnitude";
     return bad(os.str());
   }
   // Every tensor's element count, its byte size and the FLOP count must fit
@@ -219,15 +221,42 @@ int64_t AttentionProblem::max_kv_len() const {
                          : *std::max_element(kv_lens.begin(), kv_lens.end());
 }
 
+namespace {
+
+// Sum of min(x, w) for x in [lo, hi] (lo >= 1), in closed form.
+double SumMin(double lo, double hi, double w) {
+  if (hi < lo) return 0;
+  auto sum_range = [](double a, double b) { return (a + b) * (b - a + 1) / 2; };
+  if (hi <= w) return sum_range(lo, hi);
+  if (lo > w) return w * (hi - lo + 1);
+  return sum_range(lo, w) + w * (hi - w);
+}
+
+}  // namespace
+
 double AttentionProblem::Flops() const {
-  double visible = 0;  // (query, key) pairs the mask lets through
+  // (query, key) pairs the mask lets through, per sequence in closed form so
+  // the cost does not depend on the lengths (which may be huge when this is
+  // asked of an untrusted problem).
+  double visible = 0;
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t i = 0; i < q_lens[b]; ++i) {
-      const KeyRange r = VisibleKeys(*this, b, i);
-      visible += static_cast<double>(std::max<int64_t>(0, r.end - r.begin));
+    const double q = static_cast<double>(q_lens[b]);
+    const double kv = static_cast<double>(kv_lens[b]);
+    switch (mask) {
+      case MaskKind::kNone:
+      case MaskKind::kBias:
+        visible += q * kv;
+        break;
+      case MaskKind::kCausal:  // query i sees kv - q + i + 1 keys
+        visible += SumMin(kv - q + 1, kv, kv);
+        break;
+      case MaskKind::kWindow:  // ... capped at the window
+        visible += SumMin(kv - q + 1, kv, static_cast<double>(window));
+        break;
     }
   }
-  return 4.0 * visible * static_cast<double>(q_heads * head_dim);
+  return 4.0 * visible * static_cast<double>(q_heads) *
+         static_cast<double>(head_dim);
 }
 
 std::string AttentionProblem::ToString() const {
@@ -271,7 +300,7 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
       start = end + 1;
     }
   };
-  bool seen_q = false, seen_kv = false;
+  bool seen_b = false, seen_q = false, seen_kv = false;
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find(',', start);
@@ -296,6 +325,7 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
     };
     if (key == "b") {
       ATTNKIT_RETURN_IF_ERROR(int_field(&p.batch));
+      seen_b = true;
     } else if (key == "hq") {
       ATTNKIT_RETURN_IF_ERROR(int_field(&p.q_heads));
     } else if (key == "hkv") {
@@ -339,9 +369,11 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
       return bad("unknown key '" + ks + "'");
     }
   }
-  if (!seen_q)
-    p.q_lens.assign(static_cast<size_t>(std::max<int64_t>(p.batch, 0)), 1);
-  if (!seen_kv) p.kv_lens = p.q_lens;
+  // Lengths are never invented: a default sized by an untrusted b= could
+  // allocate without bound.
+  if (!seen_q) return bad("missing q=<len>:<len>:...");
+  if (!seen_kv) return bad("missing kv=<len>:<len>:...");
+  if (!seen_b) p.batch = static_cast<int64_t>(p.q_lens.size());
   return p;
 }
 

@@ -41,6 +41,12 @@ std::optional<MaskKind> ParseMaskKind(std::string_view s);
 std::optional<KvLayout> ParseKvLayout(std::string_view s);
 
 inline constexpr int64_t kMaxHeadDim = 1024;
+// Logits scale * q.k must stay finite in f32 (< 3.4e38): with |q|, |k| = O(1)
+// and head_dim <= 1024, |q.k| < ~3e4, so |scale| <= 1e6 keeps logits below
+// ~1e11, far from overflow, while covering every scale a model uses (they are
+// 1/sqrt(head_dim) or a small multiple). Larger inputs are the caller's to
+// keep finite, as with any f32 computation.
+inline constexpr float kMaxAbsScale = 1e6f;
 
 struct AttentionProblem {
   int64_t batch = 1;

@@ -73,7 +73,12 @@ TEST(ProblemValidateTest, EveryBadFieldIsNamedWithItsValue) {
        "window=4 is only meaningful with mask=window (mask=none)"},
       {"nan scale",
        [](auto& p) { p.scale = std::numeric_limits<float>::quiet_NaN(); },
-       "scale=nan must be finite and non-zero"},
+       "scale=nan must be finite, non-zero and at most 1e+06 in magnitude"},
+      // Found by problem_validate_fuzz: a finite scale this large overflows
+      // f32 logits for O(1) inputs and the softmax turns them into NaN.
+      {"overflowing scale", [](auto& p) { p.scale = -3.39062583e+38f; },
+       "scale=-3.39063e+38 must be finite, non-zero and at most 1e+06 in "
+       "magnitude"},
       {"bad mask enum", [](auto& p) { p.mask = static_cast<MaskKind>(9); },
        "mask=9 is not a MaskKind"},
       {"bad dtype enum", [](auto& p) { p.dtype = static_cast<DType>(7); },
@@ -162,6 +167,45 @@ TEST(ProblemTest, FlopsCountOnlyVisiblePairs) {
   EXPECT_DOUBLE_EQ(p.Flops(), 3 * 4 * 4);
 }
 
+TEST(ProblemTest, FlopsClosedFormMatchesCountingEveryPair) {
+  Rng rng(77);
+  for (int n = 0; n < 200; ++n) {
+    AttentionProblem p;
+    p.batch = rng.Range(1, 3);
+    p.head_dim = 2;
+    p.mask = static_cast<MaskKind>(rng.Range(0, 3));
+    if (p.mask == MaskKind::kWindow) p.window = rng.Range(1, 12);
+    p.q_lens.clear();
+    p.kv_lens.clear();
+    double pairs = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      p.kv_lens.push_back(rng.Range(0, 20));
+      p.q_lens.push_back(rng.Range(0, p.kv_lens.back()));
+    }
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t i = 0; i < p.q_lens[b]; ++i) {
+        const KeyRange r = VisibleKeys(p, b, i);
+        pairs += static_cast<double>(r.end - r.begin);
+      }
+    ASSERT_DOUBLE_EQ(p.Flops(), 4 * pairs * 2) << p.ToString();
+  }
+}
+
+// Found by problem_validate_fuzz: Flops() used to visit every query row, so
+// a valid problem with billions of rows hung.
+TEST(ProblemTest, FlopsOfHugeProblemsIsExact) {
+  AttentionProblem p;
+  p.head_dim = 1;
+  const int64_t n = int64_t{1} << 28;
+  p.q_lens = {n};
+  p.kv_lens = {n};
+  p.mask = MaskKind::kCausal;
+  ASSERT_TRUE(p.Validate().ok());
+  // n (n + 1) / 2 visible pairs, 4 flops each.
+  EXPECT_EQ(p.Flops(),
+            2.0 * static_cast<double>(n) * static_cast<double>(n + 1));
+}
+
 TEST(ProblemTest, ToStringRoundTrips) {
   AttentionProblem p = Good();
   p.mask = MaskKind::kWindow;
@@ -194,6 +238,19 @@ TEST(ProblemTest, ParseErrorsNameTheItem) {
   EXPECT_NE(
       ParseProblem("b=1,layout=hbsd").status().message().find("layout=hbsd"),
       std::string::npos);
+  // Lengths are required (never defaulted from an untrusted batch size).
+  EXPECT_NE(ParseProblem("b=1000000000000000,kv=1")
+                .status()
+                .message()
+                .find("missing q="),
+            std::string::npos);
+  EXPECT_NE(ParseProblem("q=1").status().message().find("missing kv="),
+            std::string::npos);
+  // Without b=, the batch is the number of sequences.
+  StatusOr<AttentionProblem> p = ParseProblem("q=1:2:3,kv=4:5:6");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->batch, 3);
+  EXPECT_TRUE(p->Validate().ok());
 }
 
 class ValidateArgsTest : public ::testing::Test {

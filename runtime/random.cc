@@ -19,6 +19,8 @@ uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 template <typename F>
 void ForEach(const TensorView& t, F&& f) {
+  // An empty tensor may still have huge outer extents (2^40 heads, 0 rows).
+  if (t.NumElements() == 0) return;
   for (int64_t a = 0; a < t.shape[0]; ++a)
     for (int64_t b = 0; b < t.shape[1]; ++b)
       for (int64_t c = 0; c < t.shape[2]; ++c)

@@ -1,0 +1,98 @@
+// attnkit-compile: prints the IR of one pipeline stage for a problem, Toy
+// `-emit=` style:
+//   attnkit-compile --stage fused --heads 32 --kv-heads 8 --head-dim 128
+//       --mask causal --dtype bf16 --layout tv
+// Lengths (--batch --q-len --kv-len) are accepted for symmetry with the other
+// subcommands but never change the IR: sequence dims are dynamic.
+#include "compiled/ir_builder.h"
+#include "compiled/pipeline.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/OperationSupport.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+using namespace attnkit::compiled;
+
+static cl::opt<std::string> stageOpt("stage",
+                                     cl::desc("naive|fused|vectorized|llvm"),
+                                     cl::init("fused"));
+static cl::opt<int64_t> heads("heads", cl::desc("query heads"), cl::init(1));
+static cl::opt<int64_t> kvHeads("kv-heads", cl::desc("kv heads (0 = heads)"),
+                                cl::init(0));
+static cl::opt<int64_t> headDim("head-dim", cl::init(64));
+static cl::opt<std::string>
+    maskOpt("mask", cl::desc("none|causal|window:W|bias"), cl::init("none"));
+static cl::opt<std::string> dtypeOpt("dtype", cl::desc("f32|bf16"),
+                                     cl::init("f32"));
+static cl::opt<std::string> layoutOpt("layout", cl::desc("bhsd|bshd|tv"),
+                                      cl::init("bhsd"));
+static cl::opt<int64_t> batch("batch", cl::desc("ignored by the IR"),
+                              cl::init(1));
+static cl::opt<int64_t> qLen("q-len", cl::desc("ignored by the IR"),
+                             cl::init(1));
+static cl::opt<int64_t> kvLen("kv-len", cl::desc("ignored by the IR"),
+                              cl::init(1));
+static cl::opt<int64_t> queryTile("query-tile", cl::init(16));
+static cl::opt<int64_t> kvTile("kv-tile", cl::init(64));
+static cl::opt<bool> printAfterAll("print-ir-after-all",
+                                   cl::desc("print the IR after every pass"),
+                                   cl::init(false));
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "attnkit stage dumper\n");
+  auto fail = [](const llvm::Twine &msg) {
+    llvm::errs() << "attnkit-compile: " << msg << "\n";
+    return 2;
+  };
+  std::optional<Stage> stage = parseStage(stageOpt);
+  if (!stage)
+    return fail("unknown --stage " + stageOpt);
+  int64_t kvh = kvHeads == 0 ? heads : kvHeads;
+  if (heads <= 0 || kvh <= 0 || heads % kvh != 0)
+    return fail("--heads must be a positive multiple of --kv-heads");
+  if (headDim <= 0)
+    return fail("--head-dim must be positive");
+  KernelSpec spec;
+  spec.headDim = headDim;
+  spec.group = heads / kvh;
+  llvm::StringRef mask = maskOpt;
+  if (mask == "none")
+    spec.mask = MaskType::kNone;
+  else if (mask == "causal")
+    spec.mask = MaskType::kCausal;
+  else if (mask == "bias")
+    spec.mask = MaskType::kBias;
+  else if (mask.starts_with("window"))
+    spec.mask = MaskType::kWindow; // W is a run-time argument
+  else
+    return fail("unknown --mask " + maskOpt);
+  if (dtypeOpt == "f32")
+    spec.elem = ElemType::kF32;
+  else if (dtypeOpt == "bf16")
+    spec.elem = ElemType::kBF16;
+  else
+    return fail("unknown --dtype " + dtypeOpt);
+  if (layoutOpt == "tv")
+    spec.vTransposed = true;
+  else if (layoutOpt != "bhsd" && layoutOpt != "bshd")
+    return fail("unknown --layout " + layoutOpt);
+
+  mlir::DialectRegistry registry;
+  registerCompiledDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  auto module = buildNaiveAttention(ctx, spec);
+  PipelineOptions options;
+  options.flash.queryTile = queryTile;
+  options.flash.kvTile = kvTile;
+  options.printIrAfterAll = printAfterAll;
+  if (mlir::failed(lowerToStage(*module, *stage, options)))
+    return fail("lowering failed");
+  module->print(llvm::outs());
+  llvm::outs() << "\n";
+  return 0;
+}

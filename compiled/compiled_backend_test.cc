@@ -1,0 +1,204 @@
+#include "compiled/compiled_backend.h"
+
+#include "compiled/jit.h"
+#include "reference/oracle.h"
+#include "runtime/random.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace attnkit::compiled {
+namespace {
+
+/// Max error over the rows that matter, NaN-aware: a NaN (or a NaN where the
+/// oracle has a number) is reported as +inf, never hidden by std::max.
+/// Tolerance 2e-4 * max(1, |x|): f32 accumulation over <= 256 terms plus the
+/// polynomial exp2 (a few ulp) stay two orders below it; a semantic error is
+/// O(1e-2) or more.
+double maxError(const AttentionProblem &p, const TensorView &o,
+                const std::vector<double> &truth, std::string *where) {
+  double worst = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_lens[b]; ++i)
+        for (int64_t e = 0; e < p.head_dim; ++e) {
+          const double t =
+              truth[((b * p.q_heads + h) * p.max_q_len() + i) * p.head_dim + e];
+          const double got = o.Load(b, h, i, e);
+          double err = std::fabs(got - t) / std::max(1.0, std::fabs(t));
+          if (std::isnan(got) || std::isnan(err))
+            err = INFINITY;
+          if (err > worst) {
+            worst = err;
+            *where = "b=" + std::to_string(b) + " h=" + std::to_string(h) +
+                     " i=" + std::to_string(i) + " e=" + std::to_string(e);
+          }
+        }
+  return worst;
+}
+
+constexpr double kTol = 2e-4;
+
+void checkAgainstOracle(const AttentionProblem &p, uint64_t seed,
+                        int64_t kvCapacity = 0) {
+  ASSERT_TRUE(p.Validate().ok()) << p.ToString();
+  auto data = AttentionData::Create(p, kvCapacity);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  Rng values(seed);
+  data->Fill(p, values);
+  // Rows past q_lens[b] must stay untouched: seed them with a sentinel.
+  const TensorView &o = data->args().out;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = p.q_lens[b]; i < o.shape[2]; ++i)
+        for (int64_t e = 0; e < p.head_dim; ++e)
+          o.Store(b, h, i, e, 42.0f);
+  auto backend = MakeCompiledBackend();
+  Status st = backend->Attention(p, data->args());
+  ASSERT_TRUE(st.ok()) << st.ToString() << " " << p.ToString();
+  std::vector<double> truth;
+  ASSERT_TRUE(reference::OracleAttention(p, data->args(), &truth).ok());
+  std::string where;
+  EXPECT_LE(maxError(p, o, truth, &where), kTol)
+      << p.ToString() << " seed=" << seed << " worst at " << where;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = p.q_lens[b]; i < o.shape[2]; ++i)
+        ASSERT_EQ(o.Load(b, h, i, 0), 42.0f)
+            << "row past q_len written: " << p.ToString();
+}
+
+// Every mask x dtype x layout, ragged batches (empty sequences included),
+// GQA groups 1/2/4, head_dim not a multiple of the vector width, lengths
+// that straddle the 16-row and 64-key tiles.
+TEST(CompiledBackendTest, SweepAgainstOracle) {
+  Rng shapes(7);
+  int cases = 0;
+  for (MaskKind mask :
+       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (KvLayout layout :
+           {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+        AttentionProblem p;
+        p.batch = shapes.Range(1, 3);
+        p.kv_heads = shapes.Range(1, 2);
+        p.q_heads = p.kv_heads * (int64_t{1} << shapes.Range(0, 2));
+        p.head_dim = std::vector<int64_t>{8, 33, 64}[shapes.Below(3)];
+        p.mask = mask;
+        p.dtype = dtype;
+        p.layout = layout;
+        if (mask == MaskKind::kWindow)
+          p.window = shapes.Range(1, 70);
+        p.q_lens.clear();
+        p.kv_lens.clear();
+        for (int64_t b = 0; b < p.batch; ++b) {
+          const int64_t kv = shapes.Range(0, 150);
+          p.kv_lens.push_back(kv);
+          p.q_lens.push_back(shapes.Range(0, std::min<int64_t>(kv, 90)));
+        }
+        SCOPED_TRACE(p.ToString());
+        checkAgainstOracle(p, cases);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 24);
+}
+
+// Decode (q_len 1) with one head: fewer work items than threads, so the keys
+// are split (flash-decoding) and the partial (out, lse) pairs merged.
+TEST(CompiledBackendTest, SplitKvDecodeMatchesOracle) {
+  for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
+                        MaskKind::kBias}) {
+    AttentionProblem p;
+    p.head_dim = 64;
+    p.q_lens = {1};
+    p.kv_lens = {3001};
+    p.mask = mask;
+    if (mask == MaskKind::kWindow)
+      p.window = 1500; // the first split sees nothing: lse = -inf there
+    SCOPED_TRACE(p.ToString());
+    checkAgainstOracle(p, 11);
+  }
+}
+
+// A KV-cache prefix: extents (capacity) larger than the lengths, strides of
+// the capacity; the kernel reads only [0, kv_len).
+TEST(CompiledBackendTest, CachePrefixWithCapacityStrides) {
+  for (KvLayout layout :
+       {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+    AttentionProblem p;
+    p.batch = 2;
+    p.q_heads = 4;
+    p.kv_heads = 2;
+    p.head_dim = 64;
+    p.q_lens = {1, 5};
+    p.kv_lens = {77, 130};
+    p.mask = MaskKind::kCausal;
+    p.layout = layout;
+    SCOPED_TRACE(p.ToString());
+    checkAgainstOracle(p, 3, /*kvCapacity=*/256);
+  }
+}
+
+// The tolerance check must be able to fail: corrupt one element.
+TEST(CompiledBackendTest, CanaryCorruptedOutputIsCaught) {
+  AttentionProblem p;
+  p.head_dim = 16;
+  p.q_lens = {3};
+  p.kv_lens = {9};
+  auto data = AttentionData::Create(p);
+  ASSERT_TRUE(data.ok());
+  Rng values(5);
+  data->Fill(p, values);
+  ASSERT_TRUE(MakeCompiledBackend()->Attention(p, data->args()).ok());
+  std::vector<double> truth;
+  ASSERT_TRUE(reference::OracleAttention(p, data->args(), &truth).ok());
+  std::string where;
+  EXPECT_LE(maxError(p, data->args().out, truth, &where), kTol);
+  data->args().out.Store(0, 0, 2, 5, data->args().out.Load(0, 0, 2, 5) + 0.01f);
+  EXPECT_GT(maxError(p, data->args().out, truth, &where), kTol);
+  data->args().out.Store(0, 0, 1, 1, NAN);
+  EXPECT_EQ(maxError(p, data->args().out, truth, &where), INFINITY);
+}
+
+// New lengths reuse the compiled kernel, and compiled code never touches the
+// heap (all tiles are stack buffers hoisted out of the loops).
+TEST(CompiledBackendTest, NoRecompileForNewLengthsAndNoHeapAllocations) {
+  AttentionProblem p;
+  p.head_dim = 32;
+  p.mask = MaskKind::kCausal;
+  auto backend = MakeCompiledBackend();
+  std::string err;
+  ASSERT_NE(globalKernelCache().get(specFor(p), err), nullptr) << err;
+  const int64_t compiles = globalKernelCache().compilations();
+  const int64_t allocs = jitAllocationCounters().allocs.load();
+  for (int64_t len : {1, 17, 64, 65, 200}) {
+    p.q_lens = {len};
+    p.kv_lens = {len + 3};
+    checkAgainstOracle(p, len);
+  }
+  EXPECT_EQ(globalKernelCache().compilations(), compiles);
+  EXPECT_EQ(jitAllocationCounters().allocs.load(), allocs);
+}
+
+TEST(CompiledBackendTest, KernelCacheIsThreadSafe) {
+  KernelCache cache;
+  KernelSpec spec;
+  spec.headDim = 24;
+  std::vector<const CompiledKernel *> got(4);
+#pragma omp parallel for num_threads(4)
+  for (int t = 0; t < 4; ++t) {
+    std::string err;
+    got[t] = cache.get(spec, err);
+  }
+  EXPECT_EQ(cache.compilations(), 1);
+  for (const CompiledKernel *k : got)
+    EXPECT_EQ(k, got[0]);
+  ASSERT_NE(got[0], nullptr);
+  EXPECT_GT(got[0]->compileMillis(), 0.0);
+}
+
+} // namespace
+} // namespace attnkit::compiled

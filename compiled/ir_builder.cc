@@ -1,0 +1,320 @@
+#include "compiled/ir_builder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/AffineMap.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/InitAllDialects.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+
+#include <limits>
+
+using namespace mlir;
+
+namespace attnkit::compiled {
+
+void registerCompiledDialects(DialectRegistry &registry) {
+  registerAllDialects(registry);
+  registerAllExtensions(registry);
+  registerBuiltinDialectTranslation(registry);
+  registerLLVMDialectTranslation(registry);
+}
+
+namespace {
+
+constexpr int64_t kDyn = ShapedType::kDynamic;
+using utils::IteratorType;
+constexpr IteratorType kPar = IteratorType::parallel;
+constexpr IteratorType kRed = IteratorType::reduction;
+
+/// A memref of `shape` whose strides are run-time values except the innermost
+/// one, which is 1 (the kernels vectorize along it).
+MemRefType stridedMemRef(ArrayRef<int64_t> shape, Type elem) {
+  SmallVector<int64_t> strides(shape.size(), kDyn);
+  strides.back() = 1;
+  return MemRefType::get(
+      shape, elem, StridedLayoutAttr::get(elem.getContext(), kDyn, strides));
+}
+
+/// `reassoc,contract` lets LLVM vectorize the dot-product reductions and form
+/// FMAs; it is NaN/Inf-safe (never `nnan`/`fast`: the max-reduce relies on
+/// -inf and on NaN propagation).
+arith::FastMathFlagsAttr matmulFlags(MLIRContext *ctx) {
+  return arith::FastMathFlagsAttr::get(ctx, arith::FastMathFlags::reassoc |
+                                                arith::FastMathFlags::contract);
+}
+
+void yieldValue(OpBuilder &b, Location loc, Value v) {
+  linalg::YieldOp::create(b, loc, ValueRange{v});
+}
+
+class NaiveBuilder {
+public:
+  NaiveBuilder(MLIRContext &ctx, const KernelSpec &spec)
+      : ctx_(ctx), spec_(spec), b_(UnknownLoc::get(&ctx), &ctx) {}
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  AffineMap map(unsigned numDims, ArrayRef<unsigned> results) {
+    SmallVector<AffineExpr> exprs;
+    for (unsigned r : results)
+      exprs.push_back(b_.getAffineDimExpr(r));
+    return AffineMap::get(numDims, 0, exprs, &ctx_);
+  }
+  Value filled(ArrayRef<OpFoldResult> sizes, float value) {
+    Value empty = tensor::EmptyOp::create(b_, sizes, b_.getF32Type());
+    Value cst = arith::ConstantOp::create(b_, b_.getF32FloatAttr(value));
+    return linalg::FillOp::create(b_, cst, empty).getResult(0);
+  }
+  Value toF32(OpBuilder &b, Location loc, Value x) {
+    if (x.getType().isF32())
+      return x;
+    return arith::ExtFOp::create(b, loc, b.getF32Type(), x);
+  }
+
+  MLIRContext &ctx_;
+  const KernelSpec &spec_;
+  ImplicitLocOpBuilder b_;
+};
+
+OwningOpRef<ModuleOp> NaiveBuilder::build() {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(b_);
+  b_.setInsertionPointToEnd(module->getBody());
+
+  const int64_t g = spec_.group, d = spec_.headDim;
+  Type f32 = b_.getF32Type();
+  Type elem = spec_.elem == ElemType::kF32 ? f32 : b_.getBF16Type();
+  Type index = b_.getIndexType();
+
+  MemRefType qTy = stridedMemRef({g, kDyn, d}, elem);
+  MemRefType kTy = stridedMemRef({kDyn, d}, elem);
+  MemRefType vTy = spec_.vTransposed ? stridedMemRef({d, kDyn}, elem)
+                                     : stridedMemRef({kDyn, d}, elem);
+  MemRefType biasTy = stridedMemRef({g, kDyn, kDyn}, f32);
+  MemRefType outTy = stridedMemRef({g, kDyn, d}, f32);
+  MemRefType lseTy = stridedMemRef({g, kDyn}, f32);
+  auto fnTy = b_.getFunctionType(
+      {qTy, kTy, vTy, biasTy, outTy, lseTy, f32, index, index}, {});
+  auto fn = func::FuncOp::create(b_, kKernelName, fnTy);
+  fn->setAttr("attnkit.spec", b_.getStringAttr(spec_.key()));
+  Block *entry = fn.addEntryBlock();
+  b_.setInsertionPointToStart(entry);
+  Value qM = entry->getArgument(0), kM = entry->getArgument(1),
+        vM = entry->getArgument(2), biasM = entry->getArgument(3),
+        outM = entry->getArgument(4), lseM = entry->getArgument(5),
+        scale = entry->getArgument(6), p0 = entry->getArgument(7),
+        window = entry->getArgument(8);
+
+  auto toTensor = [&](Value m) -> Value {
+    auto mt = cast<MemRefType>(m.getType());
+    auto tt = RankedTensorType::get(mt.getShape(), mt.getElementType());
+    return bufferization::ToTensorOp::create(b_, tt, m, /*restrict=*/true,
+                                             /*writable=*/false);
+  };
+  Value q = toTensor(qM), k = toTensor(kM), v = toTensor(vM);
+  OpFoldResult m = tensor::DimOp::create(b_, q, 1).getResult();
+  OpFoldResult n = tensor::DimOp::create(b_, k, 0).getResult();
+  OpFoldResult gs = b_.getIndexAttr(g), ds = b_.getIndexAttr(d);
+  auto scoresTy = RankedTensorType::get({g, kDyn, kDyn}, f32);
+  auto rowTy = RankedTensorType::get({g, kDyn}, f32);
+  auto outTensorTy = RankedTensorType::get({g, kDyn, d}, f32);
+  auto flags = matmulFlags(&ctx_);
+  const float negInf = -std::numeric_limits<float>::infinity();
+
+  // S[g,i,j] = sum_d Q[g,i,d] * K[j,d]: one QKᵀ; the GQA group g indexes Q
+  // only, so K is shared by the group through the indexing map.
+  Value sInit = filled({gs, m, n}, 0.0f);
+  Value s = linalg::GenericOp::create(
+                b_, TypeRange{scoresTy}, ValueRange{q, k}, ValueRange{sInit},
+                ArrayRef<AffineMap>{map(4, {0, 1, 3}), map(4, {2, 3}),
+                                    map(4, {0, 1, 2})},
+                ArrayRef<IteratorType>{kPar, kPar, kPar, kRed},
+                [&](OpBuilder &b, Location loc, ValueRange a) {
+                  Value prod = arith::MulFOp::create(
+                      b, loc, toF32(b, loc, a[0]), toF32(b, loc, a[1]), flags);
+                  Value sum = arith::AddFOp::create(b, loc, a[2], prod, flags);
+                  yieldValue(b, loc, sum);
+                })
+                .getResult(0);
+
+  // Score modifier: scale, additive bias, causal/window mask (-inf).
+  SmallVector<Value> modIns{s};
+  SmallVector<AffineMap> modMaps{map(3, {0, 1, 2})};
+  if (spec_.mask == MaskType::kBias) {
+    modIns.push_back(toTensor(biasM));
+    modMaps.push_back(map(3, {0, 1, 2}));
+  }
+  modMaps.push_back(map(3, {0, 1, 2}));
+  Value sEmpty =
+      tensor::EmptyOp::create(b_, ArrayRef<OpFoldResult>{gs, m, n}, f32);
+  Value scores =
+      linalg::GenericOp::create(
+          b_, TypeRange{scoresTy}, modIns, ValueRange{sEmpty}, modMaps,
+          ArrayRef<IteratorType>{kPar, kPar, kPar},
+          [&](OpBuilder &b, Location loc, ValueRange a) {
+            Value x = arith::MulFOp::create(b, loc, a[0], scale);
+            if (spec_.mask == MaskType::kBias)
+              x = arith::AddFOp::create(b, loc, x, a[1]);
+            if (spec_.mask == MaskType::kCausal ||
+                spec_.mask == MaskType::kWindow) {
+              Value i = linalg::IndexOp::create(b, loc, 1);
+              Value j = linalg::IndexOp::create(b, loc, 2);
+              Value pos = arith::AddIOp::create(b, loc, i, p0);
+              Value keep = arith::CmpIOp::create(
+                  b, loc, arith::CmpIPredicate::sle, j, pos);
+              if (spec_.mask == MaskType::kWindow) {
+                Value lo = arith::SubIOp::create(b, loc, pos, window);
+                Value inWin = arith::CmpIOp::create(
+                    b, loc, arith::CmpIPredicate::sgt, j, lo);
+                keep = arith::AndIOp::create(b, loc, keep, inWin);
+              }
+              Value ninf =
+                  arith::ConstantOp::create(b, loc, b.getF32FloatAttr(negInf));
+              x = arith::SelectOp::create(b, loc, keep, x, ninf);
+            }
+            yieldValue(b, loc, x);
+          })
+          .getResult(0);
+
+  // M[g,i] = max_j S'[g,i,j]  (maximumf propagates NaN).
+  Value mx =
+      linalg::GenericOp::create(
+          b_, TypeRange{rowTy}, ValueRange{scores},
+          ValueRange{filled({gs, m}, negInf)},
+          ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1})},
+          ArrayRef<IteratorType>{kPar, kPar, kRed},
+          [&](OpBuilder &b, Location loc, ValueRange a) {
+            yieldValue(b, loc, arith::MaximumFOp::create(b, loc, a[0], a[1]));
+          })
+          .getResult(0);
+
+  // A fully masked row has M = -inf; subtracting 0 instead keeps exp at 0.
+  auto safeMax = [&](OpBuilder &b, Location loc, Value mv) -> Value {
+    Value ninf = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(negInf));
+    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+    Value isNinf =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, mv, ninf);
+    return arith::SelectOp::create(b, loc, isNinf, zero, mv);
+  };
+
+  // E = exp(S' - M)
+  Value e = linalg::GenericOp::create(
+                b_, TypeRange{scoresTy}, ValueRange{scores, mx},
+                ValueRange{tensor::EmptyOp::create(
+                    b_, ArrayRef<OpFoldResult>{gs, m, n}, f32)},
+                ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1}),
+                                    map(3, {0, 1, 2})},
+                ArrayRef<IteratorType>{kPar, kPar, kPar},
+                [&](OpBuilder &b, Location loc, ValueRange a) {
+                  Value diff = arith::SubFOp::create(b, loc, a[0],
+                                                     safeMax(b, loc, a[1]));
+                  yieldValue(b, loc, math::ExpOp::create(b, loc, diff));
+                })
+                .getResult(0);
+
+  // L = sum_j E
+  Value l = linalg::GenericOp::create(
+                b_, TypeRange{rowTy}, ValueRange{e},
+                ValueRange{filled({gs, m}, 0.0f)},
+                ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1})},
+                ArrayRef<IteratorType>{kPar, kPar, kRed},
+                [&](OpBuilder &b, Location loc, ValueRange a) {
+                  yieldValue(b, loc, arith::AddFOp::create(b, loc, a[1], a[0]));
+                })
+                .getResult(0);
+
+  // P = E / L (0 for a fully masked row, where L = 0).
+  Value p =
+      linalg::GenericOp::create(
+          b_, TypeRange{scoresTy}, ValueRange{e, l},
+          ValueRange{tensor::EmptyOp::create(
+              b_, ArrayRef<OpFoldResult>{gs, m, n}, f32)},
+          ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1}),
+                              map(3, {0, 1, 2})},
+          ArrayRef<IteratorType>{kPar, kPar, kPar},
+          [&](OpBuilder &b, Location loc, ValueRange a) {
+            Value zero =
+                arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+            Value isZero = arith::CmpFOp::create(
+                b, loc, arith::CmpFPredicate::OEQ, a[1], zero);
+            Value div = arith::DivFOp::create(b, loc, a[0], a[1]);
+            yieldValue(b, loc,
+                       arith::SelectOp::create(b, loc, isZero, zero, div));
+          })
+          .getResult(0);
+
+  // O[g,i,d] = sum_j P[g,i,j] * V[j,d]  (V[d,j] when V is transposed). The
+  // loop order puts V's unit-stride dim innermost: (g,i,j,d) for V[j,d],
+  // (g,i,d,j) for V[d,j].
+  bool vt = spec_.vTransposed;
+  SmallVector<AffineMap> pvMaps =
+      vt ? SmallVector<AffineMap>{map(4, {0, 1, 3}), map(4, {2, 3}),
+                                  map(4, {0, 1, 2})}
+         : SmallVector<AffineMap>{map(4, {0, 1, 2}), map(4, {2, 3}),
+                                  map(4, {0, 1, 3})};
+  SmallVector<IteratorType> pvIters =
+      vt ? SmallVector<IteratorType>{kPar, kPar, kPar, kRed}
+         : SmallVector<IteratorType>{kPar, kPar, kRed, kPar};
+  Value o = linalg::GenericOp::create(
+                b_, TypeRange{outTensorTy}, ValueRange{p, v},
+                ValueRange{filled({gs, m, ds}, 0.0f)}, pvMaps, pvIters,
+                [&](OpBuilder &b, Location loc, ValueRange a) {
+                  Value prod = arith::MulFOp::create(
+                      b, loc, a[0], toF32(b, loc, a[1]), flags);
+                  yieldValue(b, loc,
+                             arith::AddFOp::create(b, loc, a[2], prod, flags));
+                })
+                .getResult(0);
+
+  // LSE = M + log L (natural log; -inf for a fully masked row). Split-KV
+  // merges partial results with it.
+  Value lse =
+      linalg::GenericOp::create(
+          b_, TypeRange{rowTy}, ValueRange{mx, l},
+          ValueRange{
+              tensor::EmptyOp::create(b_, ArrayRef<OpFoldResult>{gs, m}, f32)},
+          ArrayRef<AffineMap>{map(2, {0, 1}), map(2, {0, 1}), map(2, {0, 1})},
+          ArrayRef<IteratorType>{kPar, kPar},
+          [&](OpBuilder &b, Location loc, ValueRange a) {
+            Value zero =
+                arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
+            Value ninf =
+                arith::ConstantOp::create(b, loc, b.getF32FloatAttr(negInf));
+            Value isZero = arith::CmpFOp::create(
+                b, loc, arith::CmpFPredicate::OEQ, a[1], zero);
+            Value val =
+                arith::AddFOp::create(b, loc, safeMax(b, loc, a[0]),
+                                      math::LogOp::create(b, loc, a[1]));
+            yieldValue(b, loc,
+                       arith::SelectOp::create(b, loc, isZero, ninf, val));
+          })
+          .getResult(0);
+
+  bufferization::MaterializeInDestinationOp::create(
+      b_, TypeRange{}, o, outM, /*restrict=*/true, /*writable=*/true);
+  bufferization::MaterializeInDestinationOp::create(
+      b_, TypeRange{}, lse, lseM, /*restrict=*/true, /*writable=*/true);
+  func::ReturnOp::create(b_);
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> buildNaiveAttention(MLIRContext &ctx,
+                                          const KernelSpec &spec) {
+  ctx.loadDialect<arith::ArithDialect, bufferization::BufferizationDialect,
+                  func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
+                  memref::MemRefDialect, tensor::TensorDialect>();
+  return NaiveBuilder(ctx, spec).build();
+}
+
+} // namespace attnkit::compiled

@@ -1,0 +1,173 @@
+#include "compiled/jit.h"
+
+#include "compiled/ir_builder.h"
+#include "compiled/pipeline.h"
+
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
+
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+
+#include <chrono>
+#include <cstdlib>
+
+namespace attnkit::compiled {
+
+AllocationCounters &jitAllocationCounters() {
+  static AllocationCounters counters;
+  return counters;
+}
+
+namespace {
+
+// Targets of `finalize-memref-to-llvm{use-generic-functions=1}`: every heap
+// allocation of compiled code is counted here.
+void *countingAlloc(size_t size) {
+  AllocationCounters &c = jitAllocationCounters();
+  c.allocs.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
+  return std::malloc(size);
+}
+void *countingAlignedAlloc(size_t alignment, size_t size) {
+  AllocationCounters &c = jitAllocationCounters();
+  c.allocs.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
+  return std::aligned_alloc(alignment,
+                            (size + alignment - 1) / alignment * alignment);
+}
+void countingFree(void *p) {
+  jitAllocationCounters().frees.fetch_add(1, std::memory_order_relaxed);
+  std::free(p);
+}
+
+void initNativeTargetOnce() {
+  static const bool done = [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    return true;
+  }();
+  (void)done;
+}
+
+} // namespace
+
+struct CompiledKernel::Impl {
+  std::unique_ptr<llvm::TargetMachine> optTm; // used by the -O3 transformer
+  std::unique_ptr<mlir::ExecutionEngine> engine;
+};
+
+CompiledKernel::~CompiledKernel() = default;
+
+std::unique_ptr<CompiledKernel>
+CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
+                        std::string &error) {
+  auto start = std::chrono::steady_clock::now();
+  initNativeTargetOnce();
+  mlir::DialectRegistry registry;
+  registerCompiledDialects(registry);
+  mlir::registerAllToLLVMIRTranslations(registry);
+  mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildNaiveAttention(ctx, spec);
+  PipelineOptions pipeline;
+  pipeline.flash.queryTile = options.queryTile;
+  pipeline.flash.kvTile = options.kvTile;
+  std::string diag;
+  {
+    llvm::raw_string_ostream os(diag);
+    mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
+      os << d << "\n";
+      return mlir::success();
+    });
+    if (mlir::failed(lowerToStage(*module, Stage::kLLVM, pipeline))) {
+      error = "lowering " + spec.key() + " failed: " + diag;
+      return nullptr;
+    }
+  }
+
+  // The host's CPU and features (AVX-512 here); the default TM would not
+  // enable them.
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb) {
+    error = llvm::toString(jtmb.takeError());
+    return nullptr;
+  }
+  jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  // Two target machines: ExecutionEngine::create consumes (and destroys, when
+  // it returns) the one it is given, but the optimizing transformer runs
+  // later, when lookup() materializes the module, so its TM must outlive
+  // create(); it is kept in Impl. (Sharing one TM was a use-after-free:
+  // intermittent hangs in codegen and crashes.)
+  auto tm = jtmb->createTargetMachine();
+  auto optTm = jtmb->createTargetMachine();
+  if (!tm || !optTm) {
+    error = !tm ? llvm::toString(tm.takeError())
+                : llvm::toString(optTm.takeError());
+    return nullptr;
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->optTm = std::move(*optTm);
+  auto transformer = mlir::makeOptimizingTransformer(3, 0, impl->optTm.get());
+  mlir::ExecutionEngineOptions eo;
+  eo.transformer = transformer;
+  eo.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
+  eo.enableGDBNotificationListener = false;
+  eo.enablePerfNotificationListener = false;
+  auto engine = mlir::ExecutionEngine::create(*module, eo, std::move(*tm));
+  if (!engine) {
+    error = "JIT of " + spec.key() + ": " + llvm::toString(engine.takeError());
+    return nullptr;
+  }
+  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
+    llvm::orc::SymbolMap map;
+    auto add = [&](const char *name, auto *fn) {
+      map[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(fn),
+                             llvm::JITSymbolFlags::Exported};
+    };
+    add("_mlir_memref_to_llvm_alloc", &countingAlloc);
+    add("_mlir_memref_to_llvm_aligned_alloc", &countingAlignedAlloc);
+    add("_mlir_memref_to_llvm_free", &countingFree);
+    return map;
+  });
+  (*engine)->initialize();
+  auto sym = (*engine)->lookup(std::string("_mlir_ciface_") + kKernelName);
+  if (!sym) {
+    error = "lookup: " + llvm::toString(sym.takeError());
+    return nullptr;
+  }
+  std::unique_ptr<CompiledKernel> kernel(new CompiledKernel());
+  impl->engine = std::move(*engine);
+  kernel->impl_ = std::move(impl);
+  kernel->fn_ = reinterpret_cast<AttentionFn>(*sym);
+  kernel->spec_ = spec;
+  kernel->compileMillis_ = std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - start)
+                               .count();
+  return kernel;
+}
+
+const CompiledKernel *KernelCache::get(const KernelSpec &spec,
+                                       std::string &error) {
+  Entry *entry;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto &slot = entries_[spec.key()];
+    if (!slot)
+      slot = std::make_unique<Entry>();
+    entry = slot.get(); // stable: entries are never erased
+  }
+  std::call_once(entry->once, [&] {
+    compilations_.fetch_add(1);
+    entry->kernel = CompiledKernel::compile(spec, options_, entry->error);
+  });
+  if (!entry->kernel)
+    error = entry->error;
+  return entry->kernel.get();
+}
+
+} // namespace attnkit::compiled

@@ -1,0 +1,99 @@
+// JIT compilation of attention kernels and the thread-safe kernel cache.
+// No MLIR headers here: the backend includes this.
+#ifndef ATTNKIT_COMPILED_JIT_H_
+#define ATTNKIT_COMPILED_JIT_H_
+
+#include "compiled/kernel_spec.h"
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace attnkit::compiled {
+
+/// The MLIR memref descriptor of rank N (`StridedMemRefType` of
+/// CRunnerUtils.h): {allocated, aligned, offset, sizes[N], strides[N]}.
+template <int N> struct MemRefDesc {
+  const void *allocated;
+  const void *aligned;
+  int64_t offset;
+  int64_t sizes[N];
+  int64_t strides[N];
+};
+
+/// `_mlir_ciface_attention`, see buildNaiveAttention for the arguments.
+using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
+                             MemRefDesc<2> *v, MemRefDesc<3> *bias,
+                             MemRefDesc<3> *out, MemRefDesc<2> *lse,
+                             float scale, int64_t p0, int64_t window);
+
+struct CompileOptions {
+  int64_t queryTile = 16;
+  int64_t kvTile = 64;
+};
+
+class CompiledKernel;
+
+/// Heap allocations made by compiled code (through the
+/// `_mlir_memref_to_llvm_alloc` / `_free` hooks); the kernels are expected to
+/// make none.
+struct AllocationCounters {
+  std::atomic<int64_t> allocs{0};
+  std::atomic<int64_t> frees{0};
+  std::atomic<int64_t> bytes{0};
+};
+AllocationCounters &jitAllocationCounters();
+
+/// One JIT-compiled specialization. Immutable after creation; `fn` may be
+/// called concurrently from any number of threads.
+class CompiledKernel {
+public:
+  ~CompiledKernel();
+  AttentionFn fn() const { return fn_; }
+  double compileMillis() const { return compileMillis_; }
+  const KernelSpec &spec() const { return spec_; }
+
+  /// Builds, lowers and JIT-compiles `spec`. On failure returns null and sets
+  /// `error`.
+  static std::unique_ptr<CompiledKernel> compile(const KernelSpec &spec,
+                                                 const CompileOptions &options,
+                                                 std::string &error);
+
+private:
+  struct Impl;
+  CompiledKernel() = default;
+  std::unique_ptr<Impl> impl_;
+  AttentionFn fn_ = nullptr;
+  double compileMillis_ = 0;
+  KernelSpec spec_;
+};
+
+/// Kernels by specialization key; compiles each key once. Thread-safe:
+/// concurrent `get`s of one new key compile it once (the others wait), and a
+/// cached kernel is returned without blocking on compilations of other keys
+/// any longer than the map lookup.
+class KernelCache {
+public:
+  explicit KernelCache(CompileOptions options = {}) : options_(options) {}
+  /// Null on failure, with `error` set.
+  const CompiledKernel *get(const KernelSpec &spec, std::string &error);
+  int64_t compilations() const { return compilations_.load(); }
+
+private:
+  struct Entry {
+    std::once_flag once;
+    std::unique_ptr<CompiledKernel> kernel;
+    std::string error;
+  };
+  CompileOptions options_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Entry>> entries_;
+  std::atomic<int64_t> compilations_{0};
+};
+
+} // namespace attnkit::compiled
+
+#endif // ATTNKIT_COMPILED_JIT_H_

@@ -1,0 +1,42 @@
+// The specialization key of one compiled attention kernel. Plain C++ (no MLIR
+// headers) so the backend and the kernel cache can use it cheaply.
+#ifndef ATTNKIT_COMPILED_KERNEL_SPEC_H_
+#define ATTNKIT_COMPILED_KERNEL_SPEC_H_
+
+#include <cstdint>
+#include <string>
+
+namespace attnkit::compiled {
+
+enum class ElemType { kF32, kBF16 };
+enum class MaskType { kNone, kCausal, kWindow, kBias };
+
+/// Everything the generated code is specialized on. Sequence lengths, strides,
+/// the causal offset, the window width and the scale are run-time arguments:
+/// a new length never recompiles.
+struct KernelSpec {
+  int64_t headDim = 64;
+  ElemType elem = ElemType::kF32;
+  MaskType mask = MaskType::kNone;
+  /// V stored as [head_dim, seq] (seq stride 1), the "transposed V" layout.
+  bool vTransposed = false;
+  /// Query heads sharing one KV head (GQA); 1 = MHA.
+  int64_t group = 1;
+
+  std::string key() const {
+    static constexpr const char *kMask[] = {"none", "causal", "window", "bias"};
+    // Appends rather than operator+ chains: GCC 12 -Wrestrict false positive.
+    std::string k = "d";
+    k += std::to_string(headDim);
+    k += elem == ElemType::kF32 ? "_f32_" : "_bf16_";
+    k += kMask[static_cast<int>(mask)];
+    k += vTransposed ? "_vt_g" : "_v_g";
+    k += std::to_string(group);
+    return k;
+  }
+  bool operator==(const KernelSpec &) const = default;
+};
+
+} // namespace attnkit::compiled
+
+#endif // ATTNKIT_COMPILED_KERNEL_SPEC_H_

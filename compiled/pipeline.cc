@@ -1,0 +1,127 @@
+#include "compiled/pipeline.h"
+
+#include "compiled/passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/InitAllPasses.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+
+namespace attnkit::compiled {
+
+std::optional<Stage> parseStage(llvm::StringRef name) {
+  if (name == "naive")
+    return Stage::kNaive;
+  if (name == "fused")
+    return Stage::kFused;
+  if (name == "vectorized")
+    return Stage::kVectorized;
+  if (name == "llvm")
+    return Stage::kLLVM;
+  return std::nullopt;
+}
+
+namespace {
+
+// No canonicalize before bufferization: it would fold the extract_slice of
+// the statically shaped tensor.empty tiles back into dynamic ones, and
+// dynamic allocations cannot leave the loops.
+constexpr const char *kBufferizePipeline =
+    "eliminate-empty-tensors,"
+    "one-shot-bufferize,"
+    "func.func(buffer-loop-hoisting,buffer-hoisting,"
+    "promote-buffers-to-stack{max-alloc-size-in-bytes=1048576 "
+    "max-rank-of-allocated-memref=4}),"
+    "buffer-deallocation-pipeline,"
+    "func.func(convert-linalg-to-loops),"
+    "attnkit-approximate-math,"
+    "canonicalize,cse,loop-invariant-code-motion";
+
+constexpr const char *kLLVMPipeline =
+    "func.func(convert-vector-to-scf{full-unroll=1}),"
+    "convert-vector-to-llvm,"
+    "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
+    "convert-math-to-llvm,convert-arith-to-llvm,convert-ub-to-llvm,"
+    "convert-index-to-llvm,"
+    "finalize-memref-to-llvm{use-generic-functions=1},"
+    "convert-func-to-llvm,convert-cf-to-llvm,reconcile-unrealized-casts,"
+    "canonicalize,cse";
+
+LogicalResult runPipeline(ModuleOp module, StringRef pipeline,
+                          const PipelineOptions &options) {
+  PassManager pm(module->getName());
+  if (options.printIrAfterAll) {
+    module.getContext()->disableMultithreading();
+    pm.enableIRPrinting([](Pass *, Operation *) { return false; },
+                        [](Pass *, Operation *) { return true; },
+                        /*printModuleScope=*/true,
+                        /*printAfterOnlyOnChange=*/false);
+  }
+  std::string error;
+  llvm::raw_string_ostream os(error);
+  if (failed(parsePassPipeline(pipeline, pm, os))) {
+    module.emitError("bad pipeline: ") << error;
+    return failure();
+  }
+  return pm.run(module);
+}
+
+} // namespace
+
+LogicalResult lowerToStage(ModuleOp module, Stage stage,
+                           const PipelineOptions &options) {
+  registerCompiledPasses();
+  if (stage == Stage::kNaive)
+    return success();
+  {
+    PassManager pm(module->getName());
+    if (options.printIrAfterAll) {
+      module.getContext()->disableMultithreading();
+      pm.enableIRPrinting([](Pass *, Operation *) { return false; },
+                          [](Pass *, Operation *) { return true; },
+                          /*printModuleScope=*/true,
+                          /*printAfterOnlyOnChange=*/false);
+    }
+    pm.addNestedPass<func::FuncOp>(createFlashAttentionPass(options.flash));
+    pm.addPass(createCSEPass());
+    if (failed(pm.run(module)))
+      return failure();
+  }
+  if (stage == Stage::kFused)
+    return success();
+  if (failed(runPipeline(module, kBufferizePipeline, options)))
+    return failure();
+  if (stage == Stage::kVectorized)
+    return success();
+  module.walk([](func::FuncOp fn) {
+    fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                UnitAttr::get(fn.getContext()));
+  });
+  return runPipeline(module, kLLVMPipeline, options);
+}
+
+void registerCompiledPasses() {
+  static const bool once = [] {
+    // The textual pipelines below name upstream passes.
+    registerAllPasses();
+    registerPass([] { return createFlashAttentionPass(); });
+    registerPass([] { return createApproximateMathPass(); });
+    PassPipelineRegistration<>(
+        "attnkit-lower-to-llvm",
+        "Bufferize the flash form, lower to loops and to the LLVM dialect",
+        [](OpPassManager &pm) {
+          std::string pipeline =
+              std::string(kBufferizePipeline) + "," + kLLVMPipeline;
+          (void)parsePassPipeline(pipeline, pm);
+        });
+    return true;
+  }();
+  (void)once;
+}
+
+} // namespace attnkit::compiled
