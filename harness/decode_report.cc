@@ -361,11 +361,15 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
       const auto rec = session->records();
       for (size_t s = 0; s < rec.size(); ++s) {
         if (s > 0 && counting && rec[s].allocs != 0) {
-          report.failures.push_back(name + "step " + std::to_string(s) +
-                                    " made " + std::to_string(rec[s].allocs) +
-                                    " allocation(s) of " +
-                                    std::to_string(rec[s].bytes_allocated) +
-                                    " bytes (expected 0 after the first step)");
+          report.failures.push_back(
+              name + "step " + std::to_string(s) + " made " +
+              std::to_string(rec[s].allocs) + " allocation(s) of " +
+              std::to_string(rec[s].bytes_allocated) + " bytes, " +
+              std::to_string(rec[s].append_allocs) +
+              " in the KV update, the rest in attention "
+              "(expected 0 after the first step; a "
+              "backend sizes its workspaces in "
+              "Backend::ReserveWorkspace)");
           break;
         }
       }

@@ -245,9 +245,11 @@ Status DecodeSession::Step() {
                               {c.batch, c.q_heads, 1, c.head_dim});
       if (mode_ == DecodeMode::kInPlace) {
         {
+          const int64_t before = meter.Read().allocs;
           accounting::ScopedPhase phase(accounting::Phase::kAppend);
           ATTNKIT_RETURN_IF_ERROR(cache_->Append(
               l, new_k_[l].view, new_v_[l].view, one_token_, backend_.get()));
+          rec.append_allocs += meter.Read().allocs - before;
         }
         accounting::ScopedPhase phase(accounting::Phase::kAttention);
         const KvCache::View kv = cache_->Prefix(l);
@@ -262,9 +264,11 @@ Status DecodeSession::Step() {
       } else {
         reference::ConcatKv& kv = *naive_[l];
         {
+          const int64_t before = meter.Read().allocs;
           accounting::ScopedPhase phase(accounting::Phase::kAppend);
           ATTNKIT_RETURN_IF_ERROR(
               kv.Append(new_k_[l].view, new_v_[l].view, one_token_).status());
+          rec.append_allocs += meter.Read().allocs - before;
         }
         accounting::ScopedPhase phase(accounting::Phase::kAttention);
         for (int64_t b = 0; b < c.batch; ++b) {

@@ -80,6 +80,9 @@ struct DecodeConfig {
 struct StepRecord {
   int64_t kv_len = 0;  // longest context after this step's append
   int64_t allocs = 0;
+  // Of which made by the KV update (the rest: attention and bookkeeping),
+  // so a backend whose Attention allocates is told apart from the cache.
+  int64_t append_allocs = 0;
   int64_t bytes_allocated = 0;
   int64_t bytes_copied = 0;
   double append_us = 0;
