@@ -109,9 +109,10 @@ class DecodeSession {
 
   int64_t steps_done() const { return static_cast<int64_t>(records_.size()); }
   std::span<const StepRecord> records() const { return records_; }
-  // Most heap bytes held at once since the end of Create (the held cache and
-  // buffers plus any step's transient), or since Create's start when larger
-  // (prefill staging excluded). -1 without allocation hooks.
+  // Most heap bytes the session held at once: what it holds after Create
+  // (cache or concatenated contexts, inputs, outputs, backend workspaces)
+  // and, during each step, that plus the step's transient buffers. The
+  // prefill's staging buffer is not counted. -1 without allocation hooks.
   int64_t peak_bytes() const;
   // Context length of sequence b (same in every layer between steps).
   int64_t length(int64_t b) const;

@@ -32,13 +32,17 @@ std::unique_ptr<DecodeSession> MustCreate(const DecodeConfig& c,
   return s.ok() ? std::move(s).value() : nullptr;
 }
 
-// Output tolerance against the f64 oracle, for N(0,1) queries/keys, values in
-// [-1, 1) and contexts of <= 64 keys: an f32 softmax-weighted sum has a
-// relative error of a few f32 eps per term (the exp, the scaled dot product
-// of head_dim terms, the sum), and the output is a convex combination of
-// values bounded by ~4, so ~50 eps * 4 ~ 2.4e-5 covers it with a margin. A
-// wrong key, a stale or missing token moves outputs by ~1e-2 or more.
-constexpr double kTolerance = 3e-5;
+// Output tolerance against the f64 oracle, for N(0,1) queries/keys, values
+// N(0,1) or in [-1, 1) and contexts of <= 64 keys: an f32 softmax-weighted
+// sum has a relative error of a few f32 eps per term (the exp, the scaled dot
+// product of head_dim terms, the sum), and the output is a convex combination
+// of values bounded by ~4, so ~50 eps * 4 ~ 2.4e-5 covers the reference with
+// a margin. Fused backends (online softmax, polynomial exp) get 2e-4, the
+// bound their own oracle tests use. A wrong key, a stale or missing token
+// moves outputs by ~1e-2 or more.
+double Tolerance(const std::string& backend) {
+  return backend == "reference" ? 3e-5 : 2e-4;
+}
 
 // Every registered backend (runtime/backends.inc), so a new backend is held to
 // "no allocation per decode step" the moment it is registered.
@@ -73,6 +77,7 @@ TEST_P(DecodeSessionTest, InPlaceMatchesNaiveWithoutAllocatingOrRecopying) {
   auto in_place = MustCreate(c, DecodeMode::kInPlace);
   auto naive = MustCreate(c, DecodeMode::kNaiveConcat);
   ASSERT_TRUE(in_place && naive);
+  const double tol = Tolerance(backend);
   const int64_t es = DTypeSize(dtype);
   const int64_t token_bytes_per_seq =
       2 * c.layers * c.kv_heads * c.head_dim * es;
@@ -108,10 +113,10 @@ TEST_P(DecodeSessionTest, InPlaceMatchesNaiveWithoutAllocatingOrRecopying) {
         for (int64_t h = 0; h < c.q_heads; ++h) {
           for (int64_t d = 0; d < c.head_dim; ++d) {
             const double o = want[((s * c.q_heads + h) * 1) * c.head_dim + d];
-            ASSERT_NEAR(a.Load(s, h, 0, d), o, kTolerance)
+            ASSERT_NEAR(a.Load(s, h, 0, d), o, tol)
                 << "in_place step " << step << " layer " << l << " b " << s
                 << " h " << h << " d " << d;
-            ASSERT_NEAR(b.Load(s, h, 0, d), o, kTolerance)
+            ASSERT_NEAR(b.Load(s, h, 0, d), o, tol)
                 << "naive step " << step << " layer " << l;
           }
         }
