@@ -38,7 +38,7 @@
 #include "simd/kernel.h"
 #include "xsimd/xsimd.hpp"
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -55,6 +55,13 @@ constexpr float kE0 = 1.535336188319500e-4f, kE1 = 1.339887440266574e-3f,
                 kE4 = 2.402264791363012e-1f, kE5 = 6.931472028550421e-1f;
 
 // ---------------------------------------------------------------- vectors
+inline float Bf16ToF32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 template <class A, bool kDot>
 struct XVec {
   using V = xsimd::batch<float, A>;
@@ -64,6 +71,28 @@ struct XVec {
   static V Zero() { return V(0.0f); }
   static V Set(float x) { return V(x); }
   static V Load(const float* p) { return V::load_unaligned(p); }
+  // W bf16 values widened to f32 in registers (zero-extend, shift left 16).
+  static V Load(const uint16_t* p) {
+#if defined(__AVX512F__)
+    if constexpr (W == 16) {
+      return V(_mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+          16)));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (W == 8) {
+      return V(_mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+          16)));
+    }
+#endif
+    alignas(64) float t[W];
+    for (int i = 0; i < W; ++i) t[i] = Bf16ToF32(p[i]);
+    return V::load_aligned(t);
+  }
   static void Store(float* p, const V& v) { v.store_unaligned(p); }
   static V Fma(const V& a, const V& b, const V& c) {
     return xsimd::fma(a, b, c);
@@ -158,6 +187,10 @@ struct SVec {
   static V Zero() { return Set(0.0f); }
   static V Set(float x) { return {{x, x, x, x}}; }
   static V Load(const float* p) { return {{p[0], p[1], p[2], p[3]}}; }
+  static V Load(const uint16_t* p) {
+    return {
+        {Bf16ToF32(p[0]), Bf16ToF32(p[1]), Bf16ToF32(p[2]), Bf16ToF32(p[3])}};
+  }
   static void Store(float* p, const V& a) {
     for (int i = 0; i < 4; ++i) p[i] = a.v[i];
   }
@@ -208,12 +241,6 @@ struct SVec {
 };
 
 // ------------------------------------------------------------ conversions
-inline float Bf16ToF32(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // dst[x] = src[x * stride] widened to f32, x < n (auto-vectorized when
 // stride == 1: vpmovzxwd + vpslld).
@@ -588,8 +615,8 @@ struct Flash {
   // O[r][e0 .. e0 + DV*W) += sum_j P[r][j] V[j][..] for RB rows; V rows at
   // v + j*sj. 4x4 on AVX-512: 16 accumulators, per key 4 V loads + 4 P
   // broadcasts feed 16 FMAs.
-  template <int RB, int DV>
-  static void PvRows(const float* pm, int64_t sp, int64_t nt, const float* v,
+  template <int RB, int DV, typename T>
+  static void PvRows(const float* pm, int64_t sp, int64_t nt, const T* v,
                      int64_t sj, float* o, int64_t so) {
     V acc[RB][DV];
     for (int r = 0; r < RB; ++r)
@@ -605,9 +632,9 @@ struct Flash {
     for (int r = 0; r < RB; ++r)
       for (int c = 0; c < DV; ++c) X::Store(o + r * so + c * W, acc[r][c]);
   }
-  template <int RB>
+  template <int RB, typename T>
   static void PvRowsDv(int dv, const float* pm, int64_t sp, int64_t nt,
-                       const float* v, int64_t sj, float* o, int64_t so) {
+                       const T* v, int64_t sj, float* o, int64_t so) {
     switch (dv) {
       case 1:
         return PvRows<RB, 1>(pm, sp, nt, v, sj, o, so);
@@ -619,6 +646,56 @@ struct Flash {
         return PvRows<RB, 4>(pm, sp, nt, v, sj, o, so);
     }
   }
+  template <typename T>
+  static void PvRowsAll(int64_t R, int64_t De, const float* sm, int64_t nt,
+                        const T* vbase, int64_t vs, float* o) {
+    for (int64_t r0 = 0; r0 < R; r0 += 4) {
+      const int64_t rb = R - r0 < 4 ? R - r0 : 4;
+      for (int64_t e0 = 0; e0 < De; e0 += 4 * W) {
+        const int dv = static_cast<int>((De - e0) / W < 4 ? (De - e0) / W : 4);
+        const float* pm = sm + r0 * kTileRows;
+        float* orow = o + r0 * De + e0;
+        switch (rb) {
+          case 1:
+            PvRowsDv<1>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
+            break;
+          case 2:
+            PvRowsDv<2>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
+            break;
+          case 3:
+            PvRowsDv<3>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
+            break;
+          default:
+            PvRowsDv<4>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
+            break;
+        }
+      }
+    }
+  }
+  // One dot-product row of W keys: acc[k] = q . K[k] along d, then haddp.
+  template <typename T>
+  static V QkRow(const float* qr, int64_t De, const void* const* kp) {
+    V acc[W];
+    for (int kk = 0; kk < W; ++kk) acc[kk] = X::Zero();
+    for (int64_t e = 0; e < De; e += W) {
+      const V qv = X::Load(qr + e);
+      for (int kk = 0; kk < W; ++kk)
+        acc[kk] =
+            X::Fma(qv, X::Load(static_cast<const T*>(kp[kk]) + e), acc[kk]);
+    }
+    return X::HAddP(acc);
+  }
+  // Software prefetch of n rows of `bytes` each (stride in bytes): the next
+  // tile's K/V, spread over this tile's work. Streams restart at every tile
+  // (K, then V, of one head; BSHD rows are 4 KiB apart), which the hardware
+  // prefetcher alone picks up too late for one core to reach its read
+  // bandwidth.
+  static void PrefetchRows(const char* base, int64_t stride, int64_t n,
+                           int64_t bytes) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t x = 0; x < bytes; x += 64)
+        __builtin_prefetch(base + r * stride + x, 0, 2);
+  }
 
   static void RunRowsPath(const BlockJob& job, const Rows& rows, float* ws,
                           const WorkspaceLayout& L, int64_t blo, int64_t bhi) {
@@ -629,8 +706,11 @@ struct Flash {
     const bool bf16 = p.dtype == DType::kBF16;
     const bool tv = p.layout == KvLayout::kTransposedV;
     const bool dot = X::kBf16Dot && bf16 && d % 32 == 0;
-    const bool k_direct = !bf16 && d % W == 0;
-    const bool v_direct = !bf16 && d % W == 0;
+    const bool k_direct = d % W == 0;  // f32 or bf16 widened in registers
+    const bool v_direct = d % W == 0;
+    const int64_t esize = DTypeSize(p.dtype);
+    const char* kdata = static_cast<const char*>(a.k.data);
+    const char* vdata = static_cast<const char*>(a.v.data);
     float* q = ws + L.q;
     float* sm = ws + L.s;  // S / P [R][kTileRows]
     float* o = ws + L.o;   // O [R][De]
@@ -673,13 +753,36 @@ struct Flash {
           if (j >= nt) {
             kp[kk] = zero;
           } else if (dot || k_direct) {
-            kp[kk] = static_cast<const char*>(a.k.data) +
-                     a.k.Offset(job.b, job.kvh, j0 + j, 0) * DTypeSize(p.dtype);
+            kp[kk] = kdata + a.k.Offset(job.b, job.kvh, j0 + j, 0) * esize;
           } else {
             float* kw = ws + L.kw + kk * De;
             LoadRow(a.k, a.k.Offset(job.b, job.kvh, j0 + j, 0), 1, d, kw);
             ZeroFloats(kw + d, De - d);
             kp[kk] = kw;
+          }
+        }
+        {
+          const int64_t jn = j0 + kTileRows + jb;  // same rows, next tile
+          const int64_t nn = bhi - jn < W ? bhi - jn : W;
+          if (nn > 0) {
+            PrefetchRows(kdata + a.k.Offset(job.b, job.kvh, jn, 0) * esize,
+                         a.k.strides[2] * esize, nn, d * esize);
+            if (tv) {  // V^T: a slice of the d rows, over the next tile's keys
+              const int64_t per = (d * W + ntp - 1) / ntp;
+              const int64_t e0 = jb / W * per;
+              const int64_t ne = d - e0 < per ? d - e0 : per;
+              const int64_t nk = bhi - (j0 + kTileRows) < kTileRows
+                                     ? bhi - (j0 + kTileRows)
+                                     : kTileRows;
+              if (ne > 0)
+                PrefetchRows(
+                    vdata +
+                        a.v.Offset(job.b, job.kvh, j0 + kTileRows, e0) * esize,
+                    a.v.strides[3] * esize, ne, nk * esize);
+            } else {
+              PrefetchRows(vdata + a.v.Offset(job.b, job.kvh, jn, 0) * esize,
+                           a.v.strides[2] * esize, nn, d * esize);
+            }
           }
         }
         for (int64_t r = 0; r < R; ++r) {
@@ -702,15 +805,11 @@ struct Flash {
             continue;
           }
 #endif
-          for (int kk = 0; kk < W; ++kk) acc[kk] = X::Zero();
+          (void)acc;
           const float* qr = q + r * De;
-          for (int64_t e = 0; e < De; e += W) {
-            const V qv = X::Load(qr + e);
-            for (int kk = 0; kk < W; ++kk)
-              acc[kk] = X::Fma(
-                  qv, X::Load(static_cast<const float*>(kp[kk]) + e), acc[kk]);
-          }
-          X::Store(sm + r * kTileRows + jb, X::HAddP(acc));
+          X::Store(sm + r * kTileRows + jb, bf16 && k_direct
+                                                ? QkRow<uint16_t>(qr, De, kp)
+                                                : QkRow<float>(qr, De, kp));
         }
       }
 
@@ -795,45 +894,23 @@ struct Flash {
             X::Store(o + r * De + e0, X::Load(o + r * De + e0) + X::HAddP(acc));
           }
         }
-      } else {
-        const float* vbase;
-        int64_t vs;
-        if (v_direct) {
-          vbase = a.v.As<float>() + a.v.Offset(job.b, job.kvh, j0, 0);
-          vs = a.v.strides[2];
+      } else if (v_direct) {
+        // V rows read in place (bf16 widened in registers).
+        const int64_t off = a.v.Offset(job.b, job.kvh, j0, 0);
+        if (bf16) {
+          PvRowsAll(R, De, sm, nt, static_cast<const uint16_t*>(a.v.data) + off,
+                    a.v.strides[2], o);
         } else {
-          float* vw = ws + L.vw;
-          for (int64_t j = 0; j < nt; ++j) {
-            LoadRow(a.v, a.v.Offset(job.b, job.kvh, j0 + j, 0), 1, d,
-                    vw + j * De);
-            ZeroFloats(vw + j * De + d, De - d);
-          }
-          vbase = vw;
-          vs = De;
+          PvRowsAll(R, De, sm, nt, a.v.As<float>() + off, a.v.strides[2], o);
         }
-        for (int64_t r0 = 0; r0 < R; r0 += 4) {
-          const int64_t rb = R - r0 < 4 ? R - r0 : 4;
-          for (int64_t e0 = 0; e0 < De; e0 += 4 * W) {
-            const int dv =
-                static_cast<int>((De - e0) / W < 4 ? (De - e0) / W : 4);
-            const float* pm = sm + r0 * kTileRows;
-            float* orow = o + r0 * De + e0;
-            switch (rb) {
-              case 1:
-                PvRowsDv<1>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
-                break;
-              case 2:
-                PvRowsDv<2>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
-                break;
-              case 3:
-                PvRowsDv<3>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
-                break;
-              default:
-                PvRowsDv<4>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
-                break;
-            }
-          }
+      } else {  // d not a multiple of W: zero-padded f32 copy
+        float* vw = ws + L.vw;
+        for (int64_t j = 0; j < nt; ++j) {
+          LoadRow(a.v, a.v.Offset(job.b, job.kvh, j0 + j, 0), 1, d,
+                  vw + j * De);
+          ZeroFloats(vw + j * De + d, De - d);
         }
+        PvRowsAll(R, De, sm, nt, static_cast<const float*>(vw), De, o);
       }
     }
     // ---- write out
