@@ -24,6 +24,22 @@
 //    with K rows along d, reduced 16 at a time by haddp; P.V broadcasts P
 //    against V rows, or, for transposed V, dots P rows with V^T rows along
 //    the keys. No lane is wasted on a 4-row GQA group.
+//
+// Lazy rescale. The running max m is raised only when a tile's max exceeds
+// it by more than tau = kLazyRescaleLog2 = 8 (log2 units); otherwise m stays,
+// alpha is exactly 1 (exp2(0) == 1 in our polynomial) and the O rescale is
+// skipped, bit-identical to performing it. Why the result is still exact:
+//  * out = sum_j 2^(s_j - m) v_j / sum_j 2^(s_j - m) does not depend on m at
+//    all (2^-m cancels); m only keeps exp2 in range.
+//  * Range: every p_j = 2^(s_j - m) <= 2^tau = 256, so l <= 256 * n and O <=
+//    256 * n * max|v|: no overflow for any n < 2^100.
+//  * Rounding: scaling every p, l and O by the same power of two is exact in
+//    binary floating point (absent over/underflow), so the rounding errors
+//    are those of the eager update. The only difference is underflow: a key
+//    whose logit sits more than 126 - tau below the true max flushes to 0,
+//    a relative change < 2^-118 of l, far below f32's 2^-24.
+//  * -inf: m stays -inf until a finite logit arrives, and m_use = 0 is used
+//    for the subtraction, so -inf - -inf (NaN) never happens; exp2(-inf) = 0.
 #ifndef ATTNKIT_SIMD_NS
 #error "define ATTNKIT_SIMD_NS before including simd/flash_impl.h"
 #endif
