@@ -600,10 +600,10 @@ struct Flash {
         }
         rows.bias[r] = nullptr;
         if (p.mask == MaskKind::kBias) {
-          rows.bias[r] =
-              a.bias.As<float>() +
-              a.bias.Offset(job.b, a.bias.shape[1] == 1 ? 0 : rows.h[r],
-                            rows.i[r], 0);
+          // Not Offset(): the key extent may be 0 (every kv_len 0).
+          const int64_t hb = a.bias.shape[1] == 1 ? 0 : rows.h[r];
+          rows.bias[r] = a.bias.As<float>() + job.b * a.bias.strides[0] +
+                         hb * a.bias.strides[1] + rows.i[r] * a.bias.strides[2];
         }
       }
     }
