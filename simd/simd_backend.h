@@ -35,6 +35,9 @@ struct SimdOptions {
   int force_kv_splits = 0;
 };
 
+// The backend owns per-thread workspaces, grown on first use of a shape and
+// reused after (the decode path never allocates once warm). One backend
+// object serves one caller at a time; it parallelizes internally.
 std::unique_ptr<Backend> MakeSimdBackend();
 std::unique_ptr<Backend> MakeSimdBackend(const SimdOptions& options);
 
