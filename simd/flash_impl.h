@@ -310,6 +310,7 @@ struct Flash {
     V acc[NK][RV];
     for (int kk = 0; kk < NK; ++kk)
       for (int rv = 0; rv < RV; ++rv) acc[kk][rv] = X::Zero();
+#pragma GCC unroll 2
     for (int64_t e = 0; e < d; ++e) {
       V qv[RV];
       for (int rv = 0; rv < RV; ++rv) qv[rv] = X::Load(qt + e * rp + rv * W);
@@ -362,6 +363,7 @@ struct Flash {
     for (int dd = 0; dd < ND; ++dd)
       for (int rv = 0; rv < RV; ++rv)
         acc[dd][rv] = X::Load(ot + dd * rp + rv * W);
+#pragma GCC unroll 2
     for (int64_t j = 0; j < nt; ++j) {
       V pv[RV];
       for (int rv = 0; rv < RV; ++rv) pv[rv] = X::Load(pt + j * rp + rv * W);
