@@ -1,0 +1,90 @@
+// Run-time ISA choice. Compiled with the project's common flags: it only
+// reads CPUID (through xsimd) and calls into the per-ISA translation units.
+#include <cpuid.h>
+
+#include "simd/kernel.h"
+
+namespace attnkit::simd {
+
+std::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
+  }
+  return "invalid";
+}
+
+namespace internal {
+
+WorkspaceLayout ComputeLayout(int64_t head_dim) {
+  const size_t dp = static_cast<size_t>(PaddedDim(head_dim));
+  const size_t rows = kMaxRows;
+  WorkspaceLayout L;
+  size_t at = 0;
+  auto take = [&](size_t n) {
+    const size_t off = at;
+    at += (n + 15) / 16 * 16;  // keep every region 64-byte aligned
+    return off;
+  };
+  L.q = take(rows * dp);
+  L.s = take(static_cast<size_t>(kTileLanes) * rows > 16 * kTileRows
+                 ? static_cast<size_t>(kTileLanes) * rows
+                 : static_cast<size_t>(16 * kTileRows));
+  L.o = take(dp * rows);
+  L.kw = take(static_cast<size_t>(kTileLanes) * dp);
+  L.vw = take(static_cast<size_t>(kTileRows) * dp);
+  L.m = take(rows);
+  L.l = take(rows);
+  L.alpha = take(rows);
+  L.zero = take(static_cast<size_t>(kTileRows) + dp);
+  L.total = at;
+  return L;
+}
+
+bool CpuHasAvx512Bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+  return (a >> 5) & 1u;  // CPUID.(EAX=7,ECX=1):EAX[5] = AVX512_BF16
+}
+
+const KernelOps* OpsFor(Isa isa) {
+  const auto cpu = xsimd::available_architectures();
+  switch (isa) {
+    case Isa::kScalar:
+      return &ScalarOps();
+    case Isa::kAvx2:
+      return cpu.fma3_avx2 ? &Avx2Ops() : nullptr;
+    case Isa::kAvx512:
+      return cpu.avx512bw ? &Avx512Ops() : nullptr;
+    case Isa::kAvx512Bf16:
+      return cpu.avx512bw && CpuHasAvx512Bf16() ? &Avx512Bf16Ops() : nullptr;
+  }
+  return nullptr;
+}
+
+const KernelOps* BestOps() {
+  static const KernelOps* const best = xsimd::dispatch<
+      xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, ScalarArch>>(
+      SelectOps{})();
+  return best;
+}
+
+}  // namespace internal
+
+std::vector<Isa> AvailableIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (internal::OpsFor(isa) != nullptr) isas.push_back(isa);
+  }
+  return isas;
+}
+
+Isa BestIsa() { return internal::BestOps()->isa; }
+
+}  // namespace attnkit::simd

@@ -1,0 +1,110 @@
+// Internal contract between the simd backend's driver (simd_backend.cc: plan,
+// OpenMP, split-KV merge) and its per-architecture kernels (one translation
+// unit per ISA, flash_<isa>.cc, each compiled with that ISA's flags). Nothing
+// here is public API.
+#ifndef ATTNKIT_SIMD_KERNEL_H_
+#define ATTNKIT_SIMD_KERNEL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/problem.h"
+#include "simd/simd_backend.h"
+#include "xsimd/config/xsimd_arch.hpp"
+
+namespace attnkit::simd::internal {
+
+// Rows of one work item: the query heads sharing a KV head, stacked with a
+// block of queries (row r = query (r / gn), head (r % gn)), so each K/V tile
+// is loaded once for up to kMaxRows rows. 64 rows = 4 AVX-512 vectors, the
+// register block of the micro-kernels.
+inline constexpr int kMaxRows = 64;
+// Keys per tile when rows run along vector lanes (prefill): a 64-key S^T tile
+// of 64 rows is 16 KiB, and K/V tiles of 64 keys x d=128 are 32 KiB each,
+// so the working set stays in Zen 4's 1 MiB L2 with S^T in L1 (32 KiB).
+inline constexpr int64_t kTileLanes = 64;
+// Keys per tile when d runs along the lanes (decode, few rows): longer tiles
+// amortize the horizontal reductions (haddp) of P.V over transposed V.
+inline constexpr int64_t kTileRows = 256;
+// Lazy rescale threshold in log2 units (see flash_impl.h).
+inline constexpr float kLazyRescaleLog2 = 8.0f;
+
+// head_dim rounded up to 32: a multiple of every vector width (16 f32 lanes,
+// 32 bf16 lanes), so padded rows never need a scalar tail.
+constexpr int64_t PaddedDim(int64_t d) { return (d + 31) / 32 * 32; }
+
+// Offsets (in floats, each 64-byte aligned) of one thread's workspace.
+struct WorkspaceLayout {
+  size_t q = 0, s = 0, o = 0, kw = 0, vw = 0, m = 0, l = 0, alpha = 0;
+  size_t zero = 0;  // kTileRows + PaddedDim zeros, never written
+  size_t total = 0;
+};
+WorkspaceLayout ComputeLayout(int64_t head_dim);
+
+// A split-KV partial result: unnormalized O [kMaxRows][PaddedDim], then the
+// running max m (log2 units) and sum l [kMaxRows] each.
+constexpr size_t PartialFloats(int64_t head_dim) {
+  return static_cast<size_t>(kMaxRows * (PaddedDim(head_dim) + 2));
+}
+
+// One work item: rows (queries i0..i0+qn) x (heads g0..g0+gn of kv head kvh)
+// of sequence b, over keys [kv_begin, kv_end) (all of the rows' visible keys
+// unless split).
+struct BlockJob {
+  const AttentionProblem* p = nullptr;
+  const AttentionArgs* a = nullptr;
+  int64_t b = 0, kvh = 0, g0 = 0, gn = 1, i0 = 0, qn = 1;
+  int64_t kv_begin = 0, kv_end = 0;
+  float c = 1.0f;            // scale * log2(e): logits in log2 units, exp2
+  float* partial = nullptr;  // null: write args.out; else PartialFloats
+};
+
+struct KernelOps {
+  Isa isa;
+  int vector_floats;  // f32 lanes per vector
+  int max_rows;       // rows per work item: 4 vectors (<= kMaxRows)
+  // ws: a zeroed-at-allocation workspace of ComputeLayout(d).total floats.
+  void (*run_block)(const BlockJob& job, float* ws);
+};
+
+// The scalar fallback as an xsimd-dispatchable architecture tag: always
+// available, lowest version, so xsimd::dispatch ends its walk here.
+struct ScalarArch {
+  static constexpr bool supported() noexcept { return true; }
+  static constexpr bool available() noexcept { return true; }
+  static constexpr unsigned version() noexcept { return 0; }
+  static constexpr std::size_t alignment() noexcept { return 0; }
+  static constexpr bool requires_alignment() noexcept { return false; }
+  static constexpr const char* name() noexcept { return "scalar"; }
+};
+
+// xsimd::dispatch functor: one explicit specialization per architecture,
+// each defined in that architecture's translation unit (xsimd's documented
+// pattern), so dispatch.cc itself needs no ISA flags.
+struct SelectOps {
+  template <class Arch>
+  const KernelOps* operator()(Arch) const;
+};
+template <>
+const KernelOps* SelectOps::operator()(xsimd::avx512bw) const;
+template <>
+const KernelOps* SelectOps::operator()(xsimd::fma3<xsimd::avx2>) const;
+template <>
+const KernelOps* SelectOps::operator()(ScalarArch) const;
+
+// Per-ISA tables (defined in flash_<isa>.cc).
+const KernelOps& Avx512Ops();
+const KernelOps& Avx512Bf16Ops();
+const KernelOps& Avx2Ops();
+const KernelOps& ScalarOps();
+
+bool CpuHasAvx512Bf16();
+
+// The ops for `isa`, or null when this CPU cannot run it.
+const KernelOps* OpsFor(Isa isa);
+// The best ops for this CPU (xsimd::dispatch, then the bf16 refinement).
+const KernelOps* BestOps();
+
+}  // namespace attnkit::simd::internal
+
+#endif  // ATTNKIT_SIMD_KERNEL_H_

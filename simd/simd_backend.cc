@@ -1,0 +1,321 @@
+#include "simd/simd_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "simd/kernel.h"
+
+namespace attnkit::simd {
+namespace {
+
+using internal::BlockJob;
+using internal::KernelOps;
+
+// Split-KV only pays when each split still streams enough keys to hide the
+// partial write and merge: 512 keys x d 128 x f32 = 256 KiB of K+V.
+constexpr int64_t kMinKeysPerSplit = 512;
+// Below ~1 MFLOP the OpenMP fork/join (~2-5 us on 2 cores) costs more than
+// the work.
+constexpr double kMinParallelFlops = 1e6;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// How one call is cut into work items. Item t (of total_base * splits):
+// split t % splits of base item t / splits; base items of sequence b start at
+// item_begin[b] and enumerate (query block, kv head, head block) with the
+// query blocks from last to first, so the costliest causal blocks start
+// first under the dynamic schedule.
+struct Plan {
+  int64_t gn = 1, gblocks = 1, qn = 1;
+  int64_t splits = 1;
+  int64_t total_base = 0;
+};
+
+class SimdBackend final : public Backend {
+ public:
+  explicit SimdBackend(const SimdOptions& o) : options_(o) {
+    ops_ = o.isa ? internal::OpsFor(*o.isa) : internal::BestOps();
+  }
+
+  std::string_view name() const override { return "simd"; }
+
+  Status Supports(const AttentionProblem& p) const override {
+    if (ops_ == nullptr) return Unavailable();
+    return Status::Ok();
+  }
+
+  Status Attention(const AttentionProblem& p,
+                   const AttentionArgs& args) override;
+  Status AppendKv(const KvAppendArgs& a) override;
+
+ private:
+  Status Unavailable() const {
+    return Status::FailedPrecondition(
+        "simd: isa=" + std::string(IsaName(*options_.isa)) +
+        " is not supported by this CPU");
+  }
+  Plan MakePlan(const AttentionProblem& p, int threads);
+  void Merge(const AttentionProblem& p, const AttentionArgs& args,
+             const Plan& plan, int threads);
+  // Base item t -> its job (without the key range).
+  BlockJob BaseJob(const AttentionProblem& p, const Plan& plan,
+                   int64_t t) const;
+  // The keys any row of `job` can see: [begin, end).
+  static KeyRange ItemKeys(const AttentionProblem& p, const BlockJob& job);
+
+  SimdOptions options_;
+  const KernelOps* ops_ = nullptr;
+  // Grown, never shrunk: a call with the same or a smaller shape allocates
+  // nothing (the decode path's contract).
+  std::vector<AlignedBuffer> workspaces_;
+  AlignedBuffer partials_;
+  std::vector<int64_t> item_begin_;
+};
+
+Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
+  Plan plan;
+  const int64_t G = p.group_size();
+  const int64_t max_rows = ops_->max_rows;
+  plan.gn = std::min(G, max_rows);
+  plan.gblocks = CeilDiv(G, plan.gn);
+  plan.qn = std::max<int64_t>(1, max_rows / plan.gn);
+  if (item_begin_.capacity() < static_cast<size_t>(p.batch + 1)) {
+    item_begin_.reserve(static_cast<size_t>(p.batch + 1));
+  }
+  item_begin_.resize(static_cast<size_t>(p.batch + 1));
+  int64_t total = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    item_begin_[b] = total;
+    total += CeilDiv(p.q_lens[b], plan.qn) * p.kv_heads * plan.gblocks;
+  }
+  item_begin_[p.batch] = total;
+  plan.total_base = total;
+  if (options_.force_kv_splits > 0) {
+    plan.splits = options_.force_kv_splits;
+  } else if (total > 0 && total < threads) {
+    // Flash-decoding: too few items for the cores, so cut each item's keys.
+    const int64_t want = CeilDiv(2 * threads, total);
+    plan.splits = std::clamp<int64_t>(
+        std::min(want, p.max_kv_len() / kMinKeysPerSplit), 1, 64);
+  }
+  return plan;
+}
+
+BlockJob SimdBackend::BaseJob(const AttentionProblem& p, const Plan& plan,
+                              int64_t t) const {
+  int64_t b = 0;
+  while (item_begin_[b + 1] <= t) ++b;
+  const int64_t local = t - item_begin_[b];
+  const int64_t per_q = p.kv_heads * plan.gblocks;
+  const int64_t qblocks = CeilDiv(p.q_lens[b], plan.qn);
+  const int64_t qblk = qblocks - 1 - local / per_q;
+  BlockJob job;
+  job.p = &p;
+  job.b = b;
+  job.kvh = (local % per_q) / plan.gblocks;
+  const int64_t gblk = local % plan.gblocks;
+  job.g0 = gblk * plan.gn;
+  job.gn = std::min(plan.gn, p.group_size() - job.g0);
+  job.i0 = qblk * plan.qn;
+  job.qn = std::min(plan.qn, p.q_lens[b] - job.i0);
+  return job;
+}
+
+KeyRange SimdBackend::ItemKeys(const AttentionProblem& p, const BlockJob& job) {
+  // Visible ranges only move forward with the query index.
+  const KeyRange first = VisibleKeys(p, job.b, job.i0);
+  const KeyRange last = VisibleKeys(p, job.b, job.i0 + job.qn - 1);
+  return {first.begin, std::max(first.end, last.end)};
+}
+
+Status SimdBackend::Attention(const AttentionProblem& p,
+                              const AttentionArgs& args) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+  if (ops_ == nullptr) return Unavailable();
+  const int max_threads =
+      options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
+  const Plan plan = MakePlan(p, max_threads);
+  if (plan.total_base == 0) return Status::Ok();
+  const int64_t items = plan.total_base * plan.splits;
+  const int threads = static_cast<int>(std::min<int64_t>(
+      p.Flops() < kMinParallelFlops ? 1 : max_threads, items));
+
+  const internal::WorkspaceLayout layout = internal::ComputeLayout(p.head_dim);
+  const size_t ws_bytes = layout.total * sizeof(float);
+  if (workspaces_.size() < static_cast<size_t>(threads)) {
+    workspaces_.resize(static_cast<size_t>(threads));
+  }
+  for (int t = 0; t < threads; ++t) {
+    if (workspaces_[t].size() < ws_bytes) {
+      workspaces_[t] = AlignedBuffer(ws_bytes);
+    }
+  }
+  const size_t partial_floats = internal::PartialFloats(p.head_dim);
+  if (plan.splits > 1) {
+    const size_t bytes =
+        static_cast<size_t>(items) * partial_floats * sizeof(float);
+    if (partials_.size() < bytes) partials_ = AlignedBuffer(bytes);
+  }
+  // Logits in log2 units: exp(s*scale - m) = exp2(s*c - m') with one constant.
+  const float c = p.EffectiveScale() * 1.4426950408889634f;
+  float* partials = static_cast<float*>(partials_.data());
+
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    float* ws = static_cast<float*>(workspaces_[omp_get_thread_num()].data());
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < items; ++t) {
+      BlockJob job = BaseJob(p, plan, t / plan.splits);
+      job.a = &args;
+      job.c = c;
+      const KeyRange keys = ItemKeys(p, job);
+      job.kv_begin = keys.begin;
+      job.kv_end = keys.end;
+      if (plan.splits > 1) {
+        const int64_t s = t % plan.splits;
+        const int64_t n = std::max<int64_t>(0, keys.end - keys.begin);
+        const int64_t chunk =
+            CeilDiv(CeilDiv(n, plan.splits), internal::kTileLanes) *
+            internal::kTileLanes;
+        job.kv_begin = std::min(keys.end, keys.begin + s * chunk);
+        job.kv_end = std::min(keys.end, job.kv_begin + chunk);
+        job.partial = partials + static_cast<size_t>(t) * partial_floats;
+      }
+      ops_->run_block(job, ws);
+    }
+  }
+  if (plan.splits > 1) Merge(p, args, plan, threads);
+  return Status::Ok();
+}
+
+// out = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s with M = max_s m_s:
+// the split partials rescaled to a common max (flash-decoding's merge). A
+// split that saw no key has m_s = -inf and contributes 2^-inf = 0.
+void SimdBackend::Merge(const AttentionProblem& p, const AttentionArgs& args,
+                        const Plan& plan, int threads) {
+  const int64_t d = p.head_dim, dp = internal::PaddedDim(d);
+  const size_t pf = internal::PartialFloats(d);
+  const float* partials = static_cast<const float*>(partials_.data());
+  const int64_t S = plan.splits;
+#pragma omp parallel for num_threads(threads) if (threads > 1)
+  for (int64_t t = 0; t < plan.total_base; ++t) {
+    const BlockJob job = BaseJob(p, plan, t);
+    const float* base = partials + static_cast<size_t>(t * S) * pf;
+    for (int64_t ii = 0; ii < job.qn; ++ii) {
+      for (int64_t gg = 0; gg < job.gn; ++gg) {
+        const int64_t r = ii * job.gn + gg;
+        const int64_t h = job.kvh * p.group_size() + job.g0 + gg;
+        float* out =
+            args.out.As<float>() + args.out.Offset(job.b, h, job.i0 + ii, 0);
+        float M = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < S; ++s) {
+          M = std::max(M, base[s * pf + internal::kMaxRows * dp + r]);
+        }
+        float l = 0.0f;
+        for (int64_t e = 0; e < d; ++e) out[e] = 0.0f;
+        if (M == -std::numeric_limits<float>::infinity()) continue;
+        for (int64_t s = 0; s < S; ++s) {
+          const float* part = base + s * pf;
+          const float ms = part[internal::kMaxRows * dp + r];
+          if (ms == -std::numeric_limits<float>::infinity()) continue;
+          const float w = std::exp2(ms - M);
+          l += w * part[internal::kMaxRows * dp + internal::kMaxRows + r];
+          for (int64_t e = 0; e < d; ++e) out[e] += w * part[r * dp + e];
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int64_t e = 0; e < d; ++e) out[e] = l > 0.0f ? out[e] * inv : 0.0f;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- append
+
+// dst[pos + t][e] = src[t][e] for one (b, h) and n tokens, with the element
+// type as the unit (bit copies: bf16 and f32 both exact).
+template <typename T>
+void CopyTokens(const TensorView& dst, const TensorView& src, int64_t b,
+                int64_t h, int64_t pos, int64_t n) {
+  const int64_t dim = dst.shape[3];
+  if (n == 0 || dim == 0) return;
+  T* d = static_cast<T*>(dst.data) + dst.Offset(b, h, pos, 0);
+  const T* s = static_cast<const T*>(src.data) + src.Offset(b, h, 0, 0);
+  const int64_t dt = dst.strides[2], de = dst.strides[3];
+  const int64_t st = src.strides[2], se = src.strides[3];
+  if (de == 1 && se == 1) {  // token rows are contiguous on both sides
+    for (int64_t t = 0; t < n; ++t) {
+      std::memcpy(d + t * dt, s + t * st, static_cast<size_t>(dim) * sizeof(T));
+    }
+  } else if (dt == 1 && st == 1) {  // both sequence-major (transposed V)
+    for (int64_t e = 0; e < dim; ++e) {
+      std::memcpy(d + e * de, s + e * se, static_cast<size_t>(n) * sizeof(T));
+    }
+  } else {
+    // A transpose (token rows into a sequence-major cache, or back): 16 x 16
+    // blocks so both the reads and the writes stay within a few cache lines;
+    // the inner loop runs along the destination's unit-stride dim when it
+    // has one, which the compiler vectorizes as strided loads + a packed
+    // store.
+    constexpr int64_t kB = 16;
+    for (int64_t t0 = 0; t0 < n; t0 += kB) {
+      const int64_t t1 = std::min(n, t0 + kB);
+      for (int64_t e0 = 0; e0 < dim; e0 += kB) {
+        const int64_t e1 = std::min(dim, e0 + kB);
+        if (dt == 1) {
+          for (int64_t e = e0; e < e1; ++e)
+            for (int64_t t = t0; t < t1; ++t)
+              d[e * de + t] = s[t * st + e * se];
+        } else {
+          for (int64_t t = t0; t < t1; ++t)
+            for (int64_t e = e0; e < e1; ++e)
+              d[t * dt + e * de] = s[t * st + e * se];
+        }
+      }
+    }
+  }
+}
+
+Status SimdBackend::AppendKv(const KvAppendArgs& a) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+  const int64_t batch = a.k_cache.shape[0], heads = a.k_cache.shape[1];
+  int64_t tokens = 0;
+  for (int64_t b = 0; b < batch; ++b) tokens += a.new_lens[b];
+  const int64_t bytes =
+      2 * tokens * heads * a.k_cache.shape[3] * DTypeSize(a.k_cache.dtype);
+  // One decode token per head is a few hundred bytes: threads only pay for
+  // prefill-sized appends (>= 4 MiB).
+  const bool parallel = bytes >= (int64_t{4} << 20);
+  const bool f32 = a.k_cache.dtype == DType::kF32;
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t pos = a.positions[b], n = a.new_lens[b];
+      if (f32) {
+        CopyTokens<uint32_t>(a.k_cache, a.new_k, b, h, pos, n);
+        CopyTokens<uint32_t>(a.v_cache, a.new_v, b, h, pos, n);
+      } else {
+        CopyTokens<uint16_t>(a.k_cache, a.new_k, b, h, pos, n);
+        CopyTokens<uint16_t>(a.v_cache, a.new_v, b, h, pos, n);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeSimdBackend(const SimdOptions& options) {
+  return std::make_unique<SimdBackend>(options);
+}
+
+std::unique_ptr<Backend> MakeSimdBackend() {
+  return MakeSimdBackend(SimdOptions{});
+}
+
+}  // namespace attnkit::simd

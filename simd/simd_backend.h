@@ -1,0 +1,46 @@
+// Backend 3: hand-written flash attention (online softmax over KV tiles, no
+// S x S buffer) and in-place KV append, vectorized with xsimd per ISA (chosen
+// at run time) and parallelized with OpenMP.
+#ifndef ATTNKIT_SIMD_SIMD_BACKEND_H_
+#define ATTNKIT_SIMD_SIMD_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace attnkit::simd {
+
+// The kernel families, best last. kAvx512Bf16 is AVX-512 plus vdpbf16ps for
+// the QK^T dot products of bf16 storage.
+enum class Isa : uint8_t { kScalar = 0, kAvx2, kAvx512, kAvx512Bf16 };
+std::string_view IsaName(Isa isa);  // scalar|avx2|avx512|avx512bf16
+
+// Every ISA this CPU can run, scalar first.
+std::vector<Isa> AvailableIsas();
+// What MakeSimdBackend() picks on this CPU.
+Isa BestIsa();
+
+struct SimdOptions {
+  // Unset: the best ISA of the running CPU. Set to an ISA the CPU lacks:
+  // MakeSimdBackend returns a backend whose every call fails with
+  // FAILED_PRECONDITION (never an illegal instruction).
+  std::optional<Isa> isa;
+  int num_threads = 0;  // 0: omp_get_max_threads()
+  // Split-KV (flash-decoding): 0 decides from the work-item count and the
+  // thread count; n >= 1 forces n splits per work item (tests).
+  int force_kv_splits = 0;
+};
+
+// The backend owns per-thread workspaces, grown on first use of a shape and
+// reused after (the decode path never allocates once warm). One backend
+// object serves one caller at a time; it parallelizes internally.
+std::unique_ptr<Backend> MakeSimdBackend();
+std::unique_ptr<Backend> MakeSimdBackend(const SimdOptions& options);
+
+}  // namespace attnkit::simd
+
+#endif  // ATTNKIT_SIMD_SIMD_BACKEND_H_
