@@ -3,12 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "runtime/accounting.h"
 #include "simd/kernel.h"
 
 namespace attnkit::simd {
@@ -166,11 +168,15 @@ Status SimdBackend::Attention(const AttentionProblem& p,
   const float c = p.EffectiveScale() * 1.4426950408889634f;
   float* partials = static_cast<float*>(partials_.data());
 
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    float* ws = static_cast<float*>(workspaces_[omp_get_thread_num()].data());
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < items; ++t) {
+  // Work items are handed out through one atomic counter rather than
+  // `omp for schedule(dynamic)`: LLVM's OpenMP runtime (which MLIR's RUNPATH
+  // makes the process's libgomp.so.1) mallocs a dispatch buffer on every
+  // dynamic loop start, i.e. allocations on every decode step. Causal items
+  // are ordered costliest first, so first-come-first-served balances them.
+  std::atomic<int64_t> next{0};
+  auto run_items = [&](float* ws) {
+    for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < items;
+         t = next.fetch_add(1, std::memory_order_relaxed)) {
       BlockJob job = BaseJob(p, plan, t / plan.splits);
       job.a = &args;
       job.c = c;
@@ -189,6 +195,12 @@ Status SimdBackend::Attention(const AttentionProblem& p,
       }
       ops_->run_block(job, ws);
     }
+  };
+  if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+    run_items(static_cast<float*>(workspaces_[omp_get_thread_num()].data()));
+  } else {
+    run_items(static_cast<float*>(workspaces_[0].data()));
   }
   if (plan.splits > 1) Merge(p, args, plan, threads);
   return Status::Ok();
@@ -203,8 +215,7 @@ void SimdBackend::Merge(const AttentionProblem& p, const AttentionArgs& args,
   const size_t pf = internal::PartialFloats(d);
   const float* partials = static_cast<const float*>(partials_.data());
   const int64_t S = plan.splits;
-#pragma omp parallel for num_threads(threads) if (threads > 1)
-  for (int64_t t = 0; t < plan.total_base; ++t) {
+  auto merge_one = [&](int64_t t) {
     const BlockJob job = BaseJob(p, plan, t);
     const float* base = partials + static_cast<size_t>(t * S) * pf;
     for (int64_t ii = 0; ii < job.qn; ++ii) {
@@ -232,6 +243,14 @@ void SimdBackend::Merge(const AttentionProblem& p, const AttentionArgs& args,
         for (int64_t e = 0; e < d; ++e) out[e] = l > 0.0f ? out[e] * inv : 0.0f;
       }
     }
+  };
+  // A plain loop when serial: even a `parallel if(false)` region allocates
+  // in LLVM's OpenMP runtime.
+  if (threads > 1) {
+#pragma omp parallel for num_threads(threads)
+    for (int64_t t = 0; t < plan.total_base; ++t) merge_one(t);
+  } else {
+    for (int64_t t = 0; t < plan.total_base; ++t) merge_one(t);
   }
 }
 
@@ -290,21 +309,30 @@ Status SimdBackend::AppendKv(const KvAppendArgs& a) {
       2 * tokens * heads * a.k_cache.shape[3] * DTypeSize(a.k_cache.dtype);
   // One decode token per head is a few hundred bytes: threads only pay for
   // prefill-sized appends (>= 4 MiB).
-  const bool parallel = bytes >= (int64_t{4} << 20);
   const bool f32 = a.k_cache.dtype == DType::kF32;
-#pragma omp parallel for collapse(2) schedule(static) if (parallel)
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t pos = a.positions[b], n = a.new_lens[b];
-      if (f32) {
-        CopyTokens<uint32_t>(a.k_cache, a.new_k, b, h, pos, n);
-        CopyTokens<uint32_t>(a.v_cache, a.new_v, b, h, pos, n);
-      } else {
-        CopyTokens<uint16_t>(a.k_cache, a.new_k, b, h, pos, n);
-        CopyTokens<uint16_t>(a.v_cache, a.new_v, b, h, pos, n);
-      }
+  auto copy_head = [&](int64_t b, int64_t h) {
+    const int64_t pos = a.positions[b], n = a.new_lens[b];
+    if (f32) {
+      CopyTokens<uint32_t>(a.k_cache, a.new_k, b, h, pos, n);
+      CopyTokens<uint32_t>(a.v_cache, a.new_v, b, h, pos, n);
+    } else {
+      CopyTokens<uint16_t>(a.k_cache, a.new_k, b, h, pos, n);
+      CopyTokens<uint16_t>(a.v_cache, a.new_v, b, h, pos, n);
     }
+  };
+  // One decode token per head is a few hundred bytes: threads only pay for
+  // prefill-sized appends (>= 4 MiB). The small case must not even enter a
+  // `parallel if(false)` region: libgomp allocates a team for it, two heap
+  // allocations per decode step.
+  if (bytes >= (int64_t{4} << 20)) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h) copy_head(b, h);
+  } else {
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h) copy_head(b, h);
   }
+  accounting::RecordCopy(bytes);
   return Status::Ok();
 }
 
