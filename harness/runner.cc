@@ -78,7 +78,8 @@ StatusOr<Truth> ComputeTruth(const AttentionProblem& p, AttentionArgs args) {
     return Status::Internal("the naive reference produced NaN/Inf on " +
                             p.ToString());
   }
-  t.bounds = ToleranceFor(p, naive, ValueScale(p, args.v));
+  t.bounds = ToleranceFor(p, naive, ValueScale(p, args.v),
+                          MeasureLogitSensitivity(p, args, t.oracle));
   return t;
 }
 

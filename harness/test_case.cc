@@ -31,18 +31,22 @@ struct TierLimits {
   double max_macs;         // sum over sequences of hq * q * kv * d
   int64_t max_s_elements;  // q_len * kv_len of the reference's S per head
   int64_t max_steps;       // decode-loop steps
+  // q, k, v and bias elements drawn per case: filling costs ~25 ns per
+  // normal value (Box-Muller: a log and a cos), as much as the oracle's
+  // multiply-adds for a decode-shaped case over a long context.
+  double max_elements;
 };
 
 TierLimits LimitsOf(Tier t) {
   switch (t) {
     case Tier::kSmoke:
-      return {4, 300, 1.5e5, 64 * 300, 4};
+      return {4, 300, 1.5e5, 64 * 300, 4, 6e4};
     case Tier::kDefault:
-      return {8, 1100, 1.5e6, 600 * 600, 8};
+      return {8, 1100, 1.5e6, 600 * 600, 8, 3e5};
     case Tier::kLong:
-      return {8, 32768, 1.5e8, 2048 * 2048, 64};
+      return {8, 32768, 1.5e8, 2048 * 2048, 64, 3e7};
   }
-  return {1, 1, 1, 1, 1};
+  return {1, 1, 1, 1, 1, 1};
 }
 
 template <typename T, size_t N>
@@ -175,6 +179,43 @@ void FitToLimits(TestCase& c, const TierLimits& lim) {
       if (c.decode_steps == 0) {
         p.q_lens[worst] = std::min(p.q_lens[worst], p.kv_lens[worst]);
       }
+    }
+  }
+  // Input elements: tensors are allocated for the longest sequence, so
+  // heads, head_dim and batch go before any length (lengths are the edges).
+  auto elements = [&] {
+    int64_t mkv = c.kv_pad, mq = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      mkv =
+          std::max(mkv, p.kv_lens[b] + c.decode_steps * p.q_lens[b] + c.kv_pad);
+      mq = std::max(mq, p.q_lens[b] * steps);
+    }
+    const double bd = static_cast<double>(p.batch);
+    double n = bd * static_cast<double>(2 * p.kv_heads * mkv * p.head_dim +
+                                        p.q_heads * mq * p.head_dim);
+    if (p.mask == MaskKind::kBias) {
+      n += bd * static_cast<double>(p.q_heads * mq * mkv);
+    }
+    return n;
+  };
+  for (int guard = 0; guard < 200 && elements() > lim.max_elements; ++guard) {
+    if (p.kv_heads > 1) {
+      const int64_t g = p.group_size();
+      p.kv_heads /= 2;
+      p.q_heads = p.kv_heads * g;
+    } else if (p.q_heads > 2) {
+      p.q_heads /= 2;
+    } else if (p.head_dim > 16) {
+      p.head_dim = (p.head_dim + 1) / 2;
+    } else if (p.batch > 1) {
+      --p.batch;
+      p.q_lens.pop_back();
+      p.kv_lens.pop_back();
+    } else {
+      p.kv_lens[0] /= 2;
+      if (c.decode_steps == 0)
+        p.q_lens[0] = std::min(p.q_lens[0], p.kv_lens[0]);
+      if (c.decode_steps > 0) p.q_lens[0] = std::min<int64_t>(p.q_lens[0], 1);
     }
   }
 }

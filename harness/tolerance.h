@@ -4,7 +4,8 @@
 //
 //   max |err|  <= 2   * naive max |err|  + floor_max(dtype)  * value_scale
 //   mean |err| <= 1.5 * naive mean |err| + floor_mean(dtype) * value_scale
-//   (each + the smallest normal f32, see kFlushToZeroAllowance)
+//   (each + the logits' rounding sensitivity, see kLogitErrorUlps, and
+//   the smallest normal f32, see kFlushToZeroAllowance)
 //
 // plus: any NaN/Inf where the oracle is finite fails, whatever its size.
 // The multipliers are FlashAttention's rule (a fused kernel may be up to 2x
@@ -48,6 +49,24 @@ ErrorStats MeasureError(const AttentionProblem& p,
 // (every output is a convex combination of V rows).
 double ValueScale(const AttentionProblem& p, const TensorView& v);
 
+// How much a correct f32 kernel's output may move because its logits are
+// rounded differently: to first order, output element (i, e) moves by
+//   sum_j p_ij |v_je - o_ie| |ds_ij|,   |ds_ij| ~ eps * a_ij,
+//   a_ij = |scale| sum_e |q_ie k_je| + |bias_ij|
+// (a_ij is the magnitude of what is summed into logit s_ij; its f32 rounding
+// error is eps * a_ij for a recursive sum of random terms, and any
+// summation order -- pairwise, SIMD lanes, tiles -- is within a small
+// multiple of it). This is the softmax's condition: ~0 for one-hot rows
+// (v_j - o ~ 0), large where |logits| ~ 1e3 split the weight between keys.
+// Returns sum_j p_ij |v_je - o_ie| a_ij, its max and mean over elements.
+struct LogitSensitivity {
+  double max = 0;
+  double mean = 0;
+};
+LogitSensitivity MeasureLogitSensitivity(const AttentionProblem& p,
+                                         const AttentionArgs& args,
+                                         const std::vector<double>& truth);
+
 struct Bounds {
   double max_abs = 0;
   double mean_abs = 0;
@@ -76,8 +95,17 @@ double FloorMean(DType dtype);  // 8 eps
 // attention bug. NaN/Inf are still caught there.
 inline constexpr double kFlushToZeroAllowance = 1.1754943508222875e-38;
 
+// Units of eps * LogitSensitivity allowed on top: the naive reference's own
+// error on a handful of rows is a noisy estimate of what f32 rounding of the
+// logits can do (with |logit| ~ 1e3 one rounding shifts the weights by
+// ~1e-4, and the naive kernel may happen to round the decisive logits
+// exactly), so the bound never drops below 4 such roundings' effect. With
+// O(1) logits this term is ~eps * |v|, under the floor above.
+inline constexpr double kLogitErrorUlps = 4.0;
+
 Bounds ToleranceFor(const AttentionProblem& p, const ErrorStats& naive,
-                    double value_scale);
+                    double value_scale,
+                    const LogitSensitivity& sensitivity = {});
 
 // Worst of max/bound and mean/bound (<= 1 passes). Non-finite errors are
 // reported separately and fail regardless.
