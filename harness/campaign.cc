@@ -1,6 +1,7 @@
 #include "harness/campaign.h"
 
 #include <chrono>
+#include <ctime>
 
 #include "harness/shrink.h"
 
@@ -35,6 +36,7 @@ CampaignResult RunCampaign(
   }
   std::vector<int> shrunk(backends.size(), 0);
   const auto t0 = Clock::now();
+  const std::clock_t cpu0 = std::clock();
   auto last_progress = t0;
   const bool by_time = o.time_budget_s > 0;
   for (int64_t k = 0;; ++k) {
@@ -111,6 +113,7 @@ CampaignResult RunCampaign(
     std::fprintf(o.progress_stream, "\r%80s\r", "");
   }
   res.seconds = Since(t0);
+  res.cpu_seconds = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
   return res;
 }
 

@@ -68,6 +68,9 @@ struct CampaignResult {
   std::vector<BackendSummary> backends;
   std::vector<FailureReport> reports;  // one per failure, in order found
   double seconds = 0;
+  // Process CPU time (all threads): on a shared machine the wall clock
+  // measures the neighbours too.
+  double cpu_seconds = 0;
   bool fatal = false;  // a case did not validate: a harness bug
   std::string fatal_message;
 };

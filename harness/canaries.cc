@@ -70,8 +70,11 @@ class CanaryBackend final : public Backend {
             for (int64_t j = t0; j < t1; ++j) {
               const float w = std::exp(logits[j - t0] - m_new);
               l += w;
+              const float wv = bug_ == Bug::kBf16Probabilities
+                                   ? bf16::FromFloat(w).ToFloat()
+                                   : w;
               for (int64_t e = 0; e < d; ++e) {
-                acc[e] += w * args.v.Load(b, kh, j, e);
+                acc[e] += wv * args.v.Load(b, kh, j, e);
               }
             }
             m = m_new;
@@ -140,14 +143,16 @@ std::string_view BugName(Bug b) {
       return "causal_shifted";
     case Bug::kAppendSpill:
       return "append_spill";
+    case Bug::kBf16Probabilities:
+      return "bf16_probabilities";
   }
   return "invalid";
 }
 
 std::vector<Bug> AllBugs() {
-  return {Bug::kOneElementOff, Bug::kWrongScale,      Bug::kMissingRescale,
-          Bug::kTailOffByOne,  Bug::kWrongGqaMapping, Bug::kCausalShifted,
-          Bug::kAppendSpill};
+  return {Bug::kOneElementOff, Bug::kWrongScale,       Bug::kMissingRescale,
+          Bug::kTailOffByOne,  Bug::kWrongGqaMapping,  Bug::kCausalShifted,
+          Bug::kAppendSpill,   Bug::kBf16Probabilities};
 }
 
 std::unique_ptr<Backend> MakeCanary(Bug bug) {

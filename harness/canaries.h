@@ -18,13 +18,15 @@ namespace attnkit::harness {
 
 enum class Bug : uint8_t {
   kNone = 0,
-  kOneElementOff,    // the last output element off by 1e-3 * (1 + |x|)
-  kWrongScale,       // ignores problem.scale, always 1/sqrt(head_dim)
-  kMissingRescale,   // a new running max does not rescale the accumulator
-  kTailOffByOne,     // a partial last KV tile drops its last key
-  kWrongGqaMapping,  // q head h reads kv head h % kv_heads
-  kCausalShifted,    // causal/window masks let each query see one key ahead
-  kAppendSpill,      // KV append writes one token too many (zeros)
+  kOneElementOff,      // the last output element off by 1e-3 * (1 + |x|)
+  kWrongScale,         // ignores problem.scale, always 1/sqrt(head_dim)
+  kMissingRescale,     // a new running max does not rescale the accumulator
+  kTailOffByOne,       // a partial last KV tile drops its last key
+  kWrongGqaMapping,    // q head h reads kv head h % kv_heads
+  kCausalShifted,      // causal/window masks let each query see one key ahead
+  kAppendSpill,        // KV append writes the last token again, one past
+  kBf16Probabilities,  // P rounded to bf16 before P.V (2^-9 relative): a
+                       // precision bug, not a logic one
 };
 std::string_view BugName(Bug b);
 std::vector<Bug> AllBugs();  // every planted bug (not kNone)

@@ -188,9 +188,9 @@ std::string FormatSummary(const CampaignResult& r) {
   }
   std::snprintf(
       line, sizeof(line),
-      "%lld cases in %.1f s (%.0f cases/min, oracle and reference "
-      "included): %lld failure(s)\n",
-      static_cast<long long>(r.cases), r.seconds,
+      "%lld cases in %.1f s, %.1f s CPU (%.0f cases/min, oracle and "
+      "reference included): %lld failure(s)\n",
+      static_cast<long long>(r.cases), r.seconds, r.cpu_seconds,
       r.seconds > 0 ? 60.0 * static_cast<double>(r.cases) / r.seconds : 0.0,
       static_cast<long long>(r.failures));
   s += line;
@@ -207,6 +207,7 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
   s += "  \"summary\": {\"cases\": " + std::to_string(r.cases) +
        ", \"failures\": " + std::to_string(r.failures) +
        ", \"seconds\": " + Num(r.seconds) +
+       ", \"cpu_seconds\": " + Num(r.cpu_seconds) +
        ", \"fatal\": " + (r.fatal ? Q(r.fatal_message) : "null") + "},\n";
   s += "  \"backends\": [";
   for (size_t i = 0; i < r.backends.size(); ++i) {
