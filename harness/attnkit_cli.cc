@@ -6,8 +6,10 @@
 
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,7 +42,8 @@ constexpr const char* kUsage =
     "  --backends     comma-separated backends to check (default: all, plus\n"
     "                 plug-ins)\n"
     "  --shard        run shard i of n (0-based); the n shards partition the\n"
-    "                 campaign's cases\n"
+    "                 campaign's cases (default: GTEST_SHARD_INDEX/\n"
+    "                 GTEST_TOTAL_SHARDS when set)\n"
     "  --json         also write the results as JSON (schema_version 1)\n"
     "  --repro        replay one case string printed by a failure, exactly\n"
     "  --plugin       load a kernel through runtime/attnkit_plugin.h "
@@ -103,7 +106,7 @@ std::vector<std::string> Split(std::string_view s, char sep) {
 
 // Returns an exit code on error (after printing), nullopt on success.
 std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
-  bool time_given = false;
+  bool time_given = false, shard_given = false;
   for (int i = 0; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -166,6 +169,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
       }
       f.campaign.shard_index = static_cast<int64_t>(*i_);
       f.campaign.shard_count = static_cast<int64_t>(*n_);
+      shard_given = true;
     } else if (flag == "--json") {
       if (value.empty()) return Bad(flag, value, "empty file name");
       f.json_path = value;
@@ -182,6 +186,19 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
                "cannot be combined with --cases");
   }
   if (!f.cases_given) f.campaign.cases = DefaultCases(f.campaign.tier);
+  // Test runners that shard by environment (Bazel, gtest-parallel) set
+  // these; --shard wins when both are given.
+  const char* total = std::getenv("GTEST_TOTAL_SHARDS");
+  const char* index = std::getenv("GTEST_SHARD_INDEX");
+  if (!shard_given && total != nullptr && index != nullptr) {
+    auto n = ParseU64(total), i_ = ParseU64(index);
+    if (!n || !i_ || *n < 1 || *i_ >= *n || *n > (1u << 20)) {
+      return Bad("GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS",
+                 std::string(index) + "/" + total, "not i/n with 0 <= i < n");
+    }
+    f.campaign.shard_index = static_cast<int64_t>(*i_);
+    f.campaign.shard_count = static_cast<int64_t>(*n);
+  }
   return std::nullopt;
 }
 
@@ -265,9 +282,27 @@ int Check(int argc, char** argv) {
       static_cast<long long>(o.shard_index),
       static_cast<long long>(o.shard_count), backends.size());
   std::fflush(stdout);
+  // The first failures of each backend are shrunk and printed in full; the
+  // next ones get a line each, then only the summary (and JSON) count them:
+  // a broken backend fails every case.
+  constexpr int kOneLiners = 20;
+  std::map<std::string, int> printed;
   const harness::CampaignResult res =
       harness::RunCampaign(o, backends, [&](const harness::FailureReport& rep) {
-        std::printf("%s\n", harness::FormatFailure(rep, f.plugins).c_str());
+        const int n = printed[rep.backend]++;
+        if (rep.was_shrunk) {
+          std::printf("%s\n", harness::FormatFailure(rep, f.plugins).c_str());
+        } else if (n < o.shrink_per_backend + kOneLiners) {
+          std::printf(
+              "FAIL [%s] %s: %s\n", rep.backend.c_str(),
+              std::string(harness::OutcomeName(rep.result.outcome)).c_str(),
+              harness::ReproducerCommand(rep.shrunk, rep.backend, f.plugins)
+                  .c_str());
+        } else if (n == o.shrink_per_backend + kOneLiners) {
+          std::printf("FAIL [%s] ... further failures only in the summary%s\n",
+                      rep.backend.c_str(),
+                      f.json_path.empty() ? "" : " and the JSON");
+        }
         std::fflush(stdout);
       });
   if (res.fatal) std::printf("HARNESS ERROR: %s\n", res.fatal_message.c_str());
