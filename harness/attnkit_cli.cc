@@ -307,6 +307,7 @@ int Check(int argc, char** argv) {
       });
   if (res.fatal) std::printf("HARNESS ERROR: %s\n", res.fatal_message.c_str());
   std::printf("%s", harness::FormatSummary(res).c_str());
+  std::fflush(stdout);  // before any backend's exit-time teardown
   if (!f.json_path.empty()) {
     harness::JsonContext ctx{
         std::string(harness::TierName(o.tier)), o.seed,

@@ -35,18 +35,19 @@ struct TierLimits {
   // normal value (Box-Muller: a log and a cos), as much as the oracle's
   // multiply-adds for a decode-shaped case over a long context.
   double max_elements;
+  uint64_t spec_block;  // consecutive cases sharing a kernel specialization
 };
 
 TierLimits LimitsOf(Tier t) {
   switch (t) {
     case Tier::kSmoke:
-      return {4, 300, 1.5e5, 64 * 300, 4, 6e4};
+      return {4, 300, 1.5e5, 64 * 300, 4, 6e4, 16};
     case Tier::kDefault:
-      return {8, 1100, 1.5e6, 600 * 600, 8, 3e5};
+      return {8, 1100, 1.5e6, 600 * 600, 8, 3e5, 32};
     case Tier::kLong:
-      return {8, 32768, 1.5e8, 2048 * 2048, 64, 3e7};
+      return {8, 32768, 1.5e8, 2048 * 2048, 64, 3e7, 8};
   }
-  return {1, 1, 1, 1, 1, 1};
+  return {1, 1, 1, 1, 1, 1, 1};
 }
 
 template <typename T, size_t N>
@@ -374,6 +375,12 @@ int64_t DecodeCapacity(const TestCase& c) {
 
 TestCase GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
   const TierLimits lim = LimitsOf(tier);
+  // What a JIT backend specializes on -- head_dim, dtype, mask kind, V
+  // layout, GQA group -- is drawn once per block of consecutive cases, so a
+  // campaign compiles once per block (~0.75 s of LLVM here) instead of once
+  // per case; lengths, batch, head counts, values, scale and decode mode
+  // still vary case by case.
+  Rng spec(seed ^ 0x73706563ull, index / lim.spec_block);  // "spec"
   Rng r(seed, index);
   TestCase c;
   c.seed = seed;
@@ -384,23 +391,27 @@ TestCase GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
   if (r.Bernoulli(0.125)) c.decode_steps = r.Range(2, lim.max_steps);
 
   p.batch = r.Bernoulli(0.4) ? 1 : r.Range(2, lim.max_batch);
-  switch (Weighted(r, std::array<int, 3>{70, 15, 15})) {
-    case 0:  // GQA ratio 1/2/4/8
+  switch (Weighted(spec, std::array<int, 3>{70, 15, 15})) {
+    case 0: {  // GQA ratio 1/2/4/8
+      const int64_t g = Pick(spec, std::array<int64_t, 4>{1, 2, 4, 8});
       p.kv_heads = r.Range(1, tier == Tier::kSmoke ? 2 : 4);
-      p.q_heads = p.kv_heads * Pick(r, std::array<int64_t, 4>{1, 2, 4, 8});
+      p.q_heads = p.kv_heads * g;
       break;
+    }
     case 1:  // MQA: one kv head for any number of query heads
       p.kv_heads = 1;
-      p.q_heads = r.Range(2, 12);
+      p.q_heads = spec.Range(2, 12);
       break;
-    default:  // ratios that are not a power of two (3, 5, 6)
+    default: {  // ratios that are not a power of two (3, 5, 6)
+      const int64_t g = Pick(spec, std::array<int64_t, 3>{3, 5, 6});
       p.kv_heads = r.Range(1, 2);
-      p.q_heads = p.kv_heads * Pick(r, std::array<int64_t, 3>{3, 5, 6});
+      p.q_heads = p.kv_heads * g;
       break;
+    }
   }
-  p.head_dim = HeadDim(r, tier);
+  p.head_dim = HeadDim(spec, tier);
 
-  switch (Weighted(r, std::array<int, 4>{25, 30, 20, 25})) {
+  switch (Weighted(spec, std::array<int, 4>{25, 30, 20, 25})) {
     case 0:
       p.mask = MaskKind::kNone;
       break;
@@ -414,8 +425,8 @@ TestCase GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
       p.mask = MaskKind::kBias;
       break;
   }
-  p.dtype = r.Bernoulli(0.5) ? DType::kF32 : DType::kBF16;
-  p.layout = static_cast<KvLayout>(r.Below(3));
+  p.dtype = spec.Bernoulli(0.5) ? DType::kF32 : DType::kBF16;
+  p.layout = static_cast<KvLayout>(spec.Below(3));
   if (r.Bernoulli(0.2)) {
     // Explicit scales, including negative ones (legal; they flip which key
     // is the maximum, so a kernel that assumes scale > 0 is caught).

@@ -72,6 +72,31 @@ TEST(GenerateCaseTest, DefaultTierCoversEveryEdge) {
               padded && odd_dim && ragged && big_batch && wide_window);
 }
 
+// A JIT backend compiles per (head_dim, dtype, mask, layout, group): blocks
+// of consecutive cases share those, and the blocks differ.
+TEST(GenerateCaseTest, BlocksOfCasesShareAKernelSpecialization) {
+  auto spec = [](const TestCase& c) {
+    const AttentionProblem& p = c.problem;
+    return std::to_string(p.head_dim) + "/" + std::string(DTypeName(p.dtype)) +
+           "/" + std::string(MaskKindName(p.mask)) + "/" +
+           std::string(KvLayoutName(p.layout)) + "/" +
+           std::to_string(p.group_size());
+  };
+  std::set<std::string> blocks;
+  int same = 0, total = 0;
+  for (uint64_t block = 0; block < 20; ++block) {
+    const std::string first = spec(GenerateCase(Tier::kDefault, 3, block * 32));
+    blocks.insert(first);
+    for (uint64_t i = 1; i < 32; ++i) {
+      same += spec(GenerateCase(Tier::kDefault, 3, block * 32 + i)) == first;
+      ++total;
+    }
+  }
+  // Only the size caps may change a case's head_dim or group.
+  EXPECT_GT(same, total * 9 / 10);
+  EXPECT_GE(blocks.size(), 18u);
+}
+
 TEST(GenerateCaseTest, TiersCapTheirSizes) {
   int64_t longest_smoke = 0, longest_long = 0;
   for (uint64_t i = 0; i < 1000; ++i) {
