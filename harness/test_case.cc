@@ -136,7 +136,8 @@ double Macs(const AttentionProblem& p) {
 
 // Shrinks a generated problem until it fits the tier's caps, keeping its
 // character: queries shrink first (a decode-shaped case is cheap even at
-// 32k keys), then heads, then head_dim, then contexts.
+// 32k keys), then kv heads, sequences, and contexts. head_dim and the GQA
+// group are never changed: they are the block's kernel specialization.
 void FitToLimits(TestCase& c, const TierLimits& lim) {
   AttentionProblem& p = c.problem;
   const int64_t steps = std::max<int64_t>(c.decode_steps, 1);
@@ -165,16 +166,14 @@ void FitToLimits(TestCase& c, const TierLimits& lim) {
     }
     if (p.q_lens[worst] > 1) {
       p.q_lens[worst] = (p.q_lens[worst] + 1) / 2;
-    } else if (p.q_heads > p.kv_heads || p.kv_heads > 1) {
-      if (p.kv_heads > 1) {
-        const int64_t g = p.group_size();
-        p.kv_heads /= 2;
-        p.q_heads = p.kv_heads * g;
-      } else {
-        p.q_heads = std::max<int64_t>(1, p.q_heads / 2);
-      }
-    } else if (p.head_dim > 16) {
-      p.head_dim = (p.head_dim + 1) / 2;
+    } else if (p.kv_heads > 1) {
+      const int64_t g = p.group_size();
+      p.kv_heads /= 2;
+      p.q_heads = p.kv_heads * g;
+    } else if (p.batch > 1 && worst == p.batch - 1) {
+      --p.batch;
+      p.q_lens.pop_back();
+      p.kv_lens.pop_back();
     } else {
       p.kv_lens[worst] /= 2;  // (the prompt, for a decode loop)
       if (c.decode_steps == 0) {
@@ -200,23 +199,23 @@ void FitToLimits(TestCase& c, const TierLimits& lim) {
     return n;
   };
   for (int guard = 0; guard < 200 && elements() > lim.max_elements; ++guard) {
+    int64_t longest = 0;
+    for (int64_t b = 1; b < p.batch; ++b) {
+      if (p.kv_lens[b] > p.kv_lens[longest]) longest = b;
+    }
     if (p.kv_heads > 1) {
       const int64_t g = p.group_size();
       p.kv_heads /= 2;
       p.q_heads = p.kv_heads * g;
-    } else if (p.q_heads > 2) {
-      p.q_heads /= 2;
-    } else if (p.head_dim > 16) {
-      p.head_dim = (p.head_dim + 1) / 2;
     } else if (p.batch > 1) {
       --p.batch;
       p.q_lens.pop_back();
       p.kv_lens.pop_back();
     } else {
-      p.kv_lens[0] /= 2;
-      if (c.decode_steps == 0)
-        p.q_lens[0] = std::min(p.q_lens[0], p.kv_lens[0]);
-      if (c.decode_steps > 0) p.q_lens[0] = std::min<int64_t>(p.q_lens[0], 1);
+      p.kv_lens[longest] /= 2;
+      p.q_lens[longest] = c.decode_steps == 0
+                              ? std::min(p.q_lens[longest], p.kv_lens[longest])
+                              : std::min<int64_t>(p.q_lens[longest], 1);
     }
   }
 }
