@@ -56,7 +56,9 @@ Status ValidateAppend(const KvAppendArgs& a) {
           " more token(s): capacity=" + std::to_string(capacity));
     }
   }
-  if (batch > 0 && kc.shape[1] > 0 && kc.shape[3] > 0 &&
+  // A zero-capacity cache owns no memory (its data is null) and, per the
+  // capacity check above, can only take zero tokens.
+  if (batch > 0 && kc.shape[1] > 0 && capacity > 0 && kc.shape[3] > 0 &&
       (kc.data == nullptr || a.v_cache.data == nullptr)) {
     return bad("append: cache data is null");
   }

@@ -78,5 +78,27 @@ TEST(KvAppendTest, RejectsMismatchedInputs) {
             std::string::npos);
 }
 
+// Found by the differential tester (a decode loop whose sequences are all
+// empty): a zero-capacity cache has no memory, and appending zero tokens to
+// it is valid.
+TEST(KvAppendTest, AZeroCapacityCacheTakesZeroTokens) {
+  const std::array<int64_t, 4> cache{1, 2, 0, 4}, fresh{1, 2, 0, 4};
+  Tensor kc = Tensor::Allocate(DType::kF32, cache,
+                               KvStrides(KvLayout::kBHSD, false, cache));
+  Tensor vc = Tensor::Allocate(DType::kF32, cache,
+                               KvStrides(KvLayout::kBHSD, true, cache));
+  Tensor nk = Tensor::Contiguous(DType::kF32, fresh);
+  Tensor nv = Tensor::Contiguous(DType::kF32, fresh);
+  ASSERT_EQ(kc.view.data, nullptr);
+  const std::vector<int64_t> pos{0}, none{0}, one{1};
+  EXPECT_TRUE(
+      ValidateAppend({kc.view, vc.view, nk.view, nv.view, pos, none}).ok());
+  EXPECT_EQ(AppendKvStrided({kc.view, vc.view, nk.view, nv.view, pos, none}),
+            0);
+  EXPECT_EQ(
+      ValidateAppend({kc.view, vc.view, nk.view, nv.view, pos, one}).code(),
+      StatusCode::kInvalidArgument);  // one token: more than new_k holds
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -1,0 +1,126 @@
+#include "harness/campaign.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "harness/shrink.h"
+
+namespace attnkit::harness {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::vector<uint64_t> ShardIndices(int64_t cases, int64_t shard_index,
+                                   int64_t shard_count) {
+  std::vector<uint64_t> out;
+  for (int64_t i = shard_index; i < cases; i += shard_count) {
+    out.push_back(static_cast<uint64_t>(i));
+  }
+  return out;
+}
+
+CampaignResult RunCampaign(
+    const CampaignOptions& o, std::span<Backend* const> backends,
+    const std::function<void(const FailureReport&)>& on_failure) {
+  CampaignResult res;
+  for (Backend* b : backends) {
+    BackendSummary s;
+    s.name = std::string(b->name());
+    res.backends.push_back(std::move(s));
+  }
+  std::vector<int> shrunk(backends.size(), 0);
+  const auto t0 = Clock::now();
+  const std::clock_t cpu0 = std::clock();
+  auto last_progress = t0;
+  const bool by_time = o.time_budget_s > 0;
+  for (int64_t k = 0;; ++k) {
+    const int64_t index = o.shard_index + k * o.shard_count;
+    if (by_time ? Since(t0) >= o.time_budget_s : index >= o.cases) break;
+    const TestCase c =
+        GenerateCase(o.tier, o.seed, static_cast<uint64_t>(index));
+    auto results = RunCase(c, backends);
+    if (!results.ok()) {
+      res.fatal = true;
+      res.fatal_message =
+          "case " + c.ToString() +
+          " is invalid (a generator bug): " + results.status().ToString();
+      ++res.failures;
+      break;
+    }
+    ++res.cases;
+    for (size_t i = 0; i < backends.size(); ++i) {
+      const CheckResult& r = (*results)[i];
+      BackendSummary& s = res.backends[i];
+      s.seconds += r.seconds;
+      if (r.outcome == Outcome::kSkipped) {
+        ++s.skipped;
+        continue;
+      }
+      ++s.cases;
+      if (r.ratio > s.worst_ratio) {
+        s.worst_ratio = r.ratio;
+        s.worst_case = c.ToString();
+      }
+      if (!r.failed()) continue;
+      ++s.failures;
+      ++res.failures;
+      FailureReport rep;
+      rep.backend = s.name;
+      rep.original = c;
+      rep.shrunk = c;
+      rep.result = r;
+      if (shrunk[i] < o.shrink_per_backend) {
+        ++shrunk[i];
+        const ShrinkResult sr =
+            ShrinkOnBackend(c, r, *backends[i], o.max_shrink_attempts);
+        rep.shrunk = sr.smallest;
+        rep.result = sr.failure;
+        rep.was_shrunk = true;
+        rep.shrink_attempts = sr.attempts;
+        rep.shrink_accepted = sr.accepted;
+      }
+      if (on_failure) on_failure(rep);
+      res.reports.push_back(std::move(rep));
+    }
+    if (o.progress != Progress::kOff) {
+      const double gap = o.progress == Progress::kTty ? 0.5 : 10.0;
+      if (std::chrono::duration<double>(Clock::now() - last_progress).count() >=
+          gap) {
+        last_progress = Clock::now();
+        const double el = Since(t0);
+        std::string goal =
+            by_time ? std::to_string(static_cast<int>(o.time_budget_s)) + " s"
+                    : std::to_string(o.cases) + " cases";
+        std::fprintf(o.progress_stream,
+                     "%scheck: %lld cases, %lld failures, %.0f s of %s, "
+                     "%.1f cases/s%s",
+                     o.progress == Progress::kTty ? "\r" : "",
+                     static_cast<long long>(res.cases),
+                     static_cast<long long>(res.failures), el, goal.c_str(),
+                     static_cast<double>(res.cases) / el,
+                     o.progress == Progress::kTty ? "   " : "\n");
+        std::fflush(o.progress_stream);
+      }
+    }
+  }
+  if (o.progress == Progress::kTty) {
+    std::fprintf(o.progress_stream, "\r%80s\r", "");
+  }
+  res.seconds = Since(t0);
+  res.cpu_seconds = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  return res;
+}
+
+StatusOr<std::vector<CheckResult>> ReplayCase(
+    std::string_view case_text, std::span<Backend* const> backends) {
+  ATTNKIT_ASSIGN_OR_RETURN(TestCase c, ParseTestCase(case_text));
+  return RunCase(c, backends);
+}
+
+}  // namespace attnkit::harness

@@ -1,0 +1,93 @@
+// A campaign: the cases of (tier, seed) -- a fixed count or as many as fit a
+// time budget, optionally one shard of them -- run on every backend, each
+// failure shrunk and reported as it is found, and a per-backend summary.
+#ifndef ATTNKIT_HARNESS_CAMPAIGN_H_
+#define ATTNKIT_HARNESS_CAMPAIGN_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "harness/runner.h"
+#include "harness/test_case.h"
+#include "runtime/backend.h"
+
+namespace attnkit::harness {
+
+enum class Progress : uint8_t {
+  kOff = 0,
+  kTty,    // one line rewritten in place every 0.5 s
+  kLines,  // a full line every 10 s (logs of long CI campaigns)
+};
+
+struct CampaignOptions {
+  Tier tier = Tier::kDefault;
+  uint64_t seed = 1;
+  // Campaign case indices are [0, cases); with time_budget_s > 0 instead,
+  // indices continue until the budget is spent.
+  int64_t cases = 100;
+  double time_budget_s = 0;
+  // This run takes the indices i with i % shard_count == shard_index, so the
+  // shards of one campaign partition its cases.
+  int64_t shard_index = 0;
+  int64_t shard_count = 1;
+  // Failures shrunk per backend (shrinking costs up to max_shrink_attempts
+  // runs; the rest are reported unshrunk with their reproducer).
+  int shrink_per_backend = 3;
+  int max_shrink_attempts = 300;
+  Progress progress = Progress::kOff;
+  FILE* progress_stream = stderr;
+};
+
+struct BackendSummary {
+  std::string name;
+  int64_t cases = 0;  // run (not skipped)
+  int64_t failures = 0;
+  int64_t skipped = 0;
+  double worst_ratio = 0;  // worst error/bound over passing and failing runs
+  std::string worst_case;  // the case string of that ratio
+  double seconds = 0;      // inside the backend
+};
+
+struct FailureReport {
+  std::string backend;
+  TestCase original;
+  TestCase shrunk;     // == original when not shrunk
+  CheckResult result;  // of `shrunk`
+  bool was_shrunk = false;
+  int shrink_attempts = 0;
+  int shrink_accepted = 0;
+};
+
+struct CampaignResult {
+  int64_t cases = 0;     // cases run (each on every backend)
+  int64_t failures = 0;  // failing (case, backend) pairs, harness errors too
+  std::vector<BackendSummary> backends;
+  std::vector<FailureReport> reports;  // one per failure, in order found
+  double seconds = 0;
+  // Process CPU time (all threads): on a shared machine the wall clock
+  // measures the neighbours too.
+  double cpu_seconds = 0;
+  bool fatal = false;  // a case did not validate: a harness bug
+  std::string fatal_message;
+};
+
+// Case indices of a shard of the first `cases` indices.
+std::vector<uint64_t> ShardIndices(int64_t cases, int64_t shard_index,
+                                   int64_t shard_count);
+
+// Runs the campaign. `on_failure` sees each failure as soon as it is shrunk.
+CampaignResult RunCampaign(
+    const CampaignOptions& options, std::span<Backend* const> backends,
+    const std::function<void(const FailureReport&)>& on_failure = {});
+
+// Replays one case on the backends (no shrinking): the --repro path.
+StatusOr<std::vector<CheckResult>> ReplayCase(
+    std::string_view case_text, std::span<Backend* const> backends);
+
+}  // namespace attnkit::harness
+
+#endif  // ATTNKIT_HARNESS_CAMPAIGN_H_

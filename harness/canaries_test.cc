@@ -1,0 +1,64 @@
+#include "harness/canaries.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "harness/runner.h"
+#include "reference/reference.h"
+
+namespace attnkit::harness {
+namespace {
+
+// The smoke tier's default campaign (seed 1, as ctest runs it).
+constexpr int64_t kSmokeCases = 300;
+
+TEST(CanaryTest, EveryPlantedBugIsCaughtByTheSmokeTier) {
+  std::printf("%-20s %14s  %s\n", "canary", "cases to catch", "caught as");
+  for (Bug bug : AllBugs()) {
+    auto canary = MakeCanary(bug);
+    Backend* one[] = {canary.get()};
+    int64_t caught_at = -1;
+    std::string how;
+    for (int64_t i = 0; i < kSmokeCases && caught_at < 0; ++i) {
+      const TestCase c =
+          GenerateCase(Tier::kSmoke, 1, static_cast<uint64_t>(i));
+      auto r = RunCase(c, one);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      if ((*r)[0].failed()) {
+        caught_at = i;
+        how = std::string(OutcomeName((*r)[0].outcome));
+      }
+    }
+    std::printf("%-20s %14lld  %s\n", std::string(BugName(bug)).c_str(),
+                static_cast<long long>(caught_at + 1), how.c_str());
+    EXPECT_GE(caught_at, 0) << BugName(bug) << " was never caught";
+  }
+}
+
+// The correct twin of the canaries -- a different algorithm (tiled online
+// softmax, different summation order) -- and the reference run a second time
+// must pass everything: the tester does not cry wolf.
+TEST(CanaryTest, CorrectImplementationsPass) {
+  auto flash = MakeCanary(Bug::kNone);
+  auto ref = reference::MakeReferenceBackend();
+  Backend* both[] = {flash.get(), ref.get()};
+  double worst = 0;
+  for (uint64_t seed : {1, 2, 3}) {
+    for (uint64_t i = 0; i < kSmokeCases; ++i) {
+      const TestCase c = GenerateCase(Tier::kSmoke, seed, i);
+      auto r = RunCase(c, both);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      for (const CheckResult& x : *r) {
+        EXPECT_FALSE(x.failed()) << x.backend << " " << c.ToString() << " "
+                                 << OutcomeName(x.outcome) << " " << x.ratio;
+      }
+      worst = std::max(worst, (*r)[0].ratio);
+    }
+  }
+  std::printf("independent flash implementation: worst error/bound %.3f\n",
+              worst);
+}
+
+}  // namespace
+}  // namespace attnkit::harness

@@ -1,0 +1,178 @@
+/* An example attnkit plug-in in plain C: single-pass (online-softmax)
+ * attention over strided views, every mask, layout and dtype. It is what a
+ * user copies to test their own kernel:
+ *
+ *   cc -O2 -shared -fPIC -I<attnkit> example_attention.c -o libexample.so -lm
+ *   ./attnkit check --plugin ./libexample.so --backends example
+ *
+ * Built as test variants too: EXAMPLE_PLUGIN_ABI_VERSION overrides the
+ * version it claims (the loader must refuse it), EXAMPLE_PLUGIN_HEAD_DIM_MAX
+ * makes supports() reject larger head dims (the harness must skip them),
+ * EXAMPLE_PLUGIN_NO_ENTRY exports the table under another name.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/attnkit_plugin.h"
+
+#ifndef EXAMPLE_PLUGIN_ABI_VERSION
+#define EXAMPLE_PLUGIN_ABI_VERSION ATTNKIT_PLUGIN_ABI_VERSION
+#endif
+#ifndef EXAMPLE_PLUGIN_NAME
+#define EXAMPLE_PLUGIN_NAME "example"
+#endif
+#ifndef EXAMPLE_PLUGIN_HEAD_DIM_MAX
+#define EXAMPLE_PLUGIN_HEAD_DIM_MAX 1024
+#endif
+
+/* Per-instance scratch: one query row and one accumulator row, grown on
+ * demand (a real kernel sizes its workspace once per shape). */
+typedef struct example_state {
+  float* q;
+  float* acc;
+  int64_t capacity;
+} example_state;
+
+static float load(const attnkit_plugin_tensor* t, int64_t i0, int64_t i1,
+                  int64_t i2, int64_t i3) {
+  const int64_t off = i0 * t->strides[0] + i1 * t->strides[1] +
+                      i2 * t->strides[2] + i3 * t->strides[3];
+  if (t->dtype == ATTNKIT_PLUGIN_BF16) {
+    const uint32_t bits = (uint32_t)((const uint16_t*)t->data)[off] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  return ((const float*)t->data)[off];
+}
+
+static void* example_create(char* error, size_t error_capacity) {
+  example_state* s = (example_state*)calloc(1, sizeof(example_state));
+  if (s == NULL) snprintf(error, error_capacity, "out of memory");
+  return s;
+}
+
+static void example_destroy(void* instance) {
+  example_state* s = (example_state*)instance;
+  free(s->q);
+  free(s->acc);
+  free(s);
+}
+
+static attnkit_plugin_status example_supports(void* instance,
+                                              const attnkit_plugin_problem* p,
+                                              char* error,
+                                              size_t error_capacity) {
+  (void)instance;
+  if (p->head_dim > EXAMPLE_PLUGIN_HEAD_DIM_MAX) {
+    snprintf(error, error_capacity, "head_dim=%lld exceeds %d",
+             (long long)p->head_dim, EXAMPLE_PLUGIN_HEAD_DIM_MAX);
+    return ATTNKIT_PLUGIN_UNSUPPORTED;
+  }
+  return ATTNKIT_PLUGIN_OK;
+}
+
+static attnkit_plugin_status example_attention(
+    void* instance, const attnkit_plugin_problem* p,
+    const attnkit_plugin_attention_args* a, char* error,
+    size_t error_capacity) {
+  example_state* s = (example_state*)instance;
+  const int64_t d = p->head_dim;
+  if (p->kv_heads < 1 || p->q_heads % p->kv_heads != 0) {
+    snprintf(error, error_capacity,
+             "kv_heads=%lld does not divide q_heads=%lld",
+             (long long)p->kv_heads, (long long)p->q_heads);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
+  if (d > s->capacity) {
+    float* q = (float*)realloc(s->q, (size_t)d * sizeof(float));
+    if (q != NULL) s->q = q;
+    float* acc = (float*)realloc(s->acc, (size_t)d * sizeof(float));
+    if (acc != NULL) s->acc = acc;
+    if (q == NULL || acc == NULL) {
+      snprintf(error, error_capacity, "out of memory for head_dim=%lld",
+               (long long)d);
+      return ATTNKIT_PLUGIN_INTERNAL;
+    }
+    s->capacity = d;
+  }
+  const int64_t group = p->q_heads / p->kv_heads;
+  for (int64_t b = 0; b < p->batch; ++b) {
+    const int64_t ql = p->q_lens[b], kl = p->kv_lens[b];
+    for (int64_t h = 0; h < p->q_heads; ++h) {
+      const int64_t kh = h / group;
+      for (int64_t i = 0; i < ql; ++i) {
+        const int64_t pos = kl - ql + i;
+        int64_t begin = 0, end = kl;
+        if (p->mask == ATTNKIT_PLUGIN_MASK_CAUSAL ||
+            p->mask == ATTNKIT_PLUGIN_MASK_WINDOW) {
+          end = pos + 1 < kl ? pos + 1 : kl;
+        }
+        if (p->mask == ATTNKIT_PLUGIN_MASK_WINDOW && pos - p->window + 1 > 0) {
+          begin = pos - p->window + 1;
+        }
+        for (int64_t e = 0; e < d; ++e) {
+          s->q[e] = load(&a->q, b, h, i, e);
+          s->acc[e] = 0.0f;
+        }
+        float m = -INFINITY, l = 0.0f;
+        for (int64_t j = begin; j < end; ++j) {
+          float dot = 0.0f;
+          for (int64_t e = 0; e < d; ++e)
+            dot += s->q[e] * load(&a->k, b, kh, j, e);
+          float x = p->scale * dot;
+          if (p->mask == ATTNKIT_PLUGIN_MASK_BIAS) {
+            x += load(&a->bias, b, a->bias.shape[1] == 1 ? 0 : h, i, j);
+          }
+          if (x == -INFINITY) continue;
+          if (x > m) { /* new running max: rescale what was summed */
+            const float alpha = expf(m - x);
+            l *= alpha;
+            for (int64_t e = 0; e < d; ++e) s->acc[e] *= alpha;
+            m = x;
+          }
+          const float w = expf(x - m);
+          l += w;
+          for (int64_t e = 0; e < d; ++e)
+            s->acc[e] += w * load(&a->v, b, kh, j, e);
+        }
+        float* out = (float*)a->out.data;
+        for (int64_t e = 0; e < d; ++e) {
+          out[b * a->out.strides[0] + h * a->out.strides[1] +
+              i * a->out.strides[2] + e * a->out.strides[3]] =
+              l > 0.0f ? s->acc[e] / l : 0.0f;
+        }
+      }
+    }
+  }
+  return ATTNKIT_PLUGIN_OK;
+}
+
+static const attnkit_plugin_v1_table kTable = {
+    EXAMPLE_PLUGIN_ABI_VERSION,
+    (uint32_t)sizeof(attnkit_plugin_v1_table),
+    EXAMPLE_PLUGIN_NAME,
+    example_create,
+    example_destroy,
+    example_supports,
+    example_attention,
+};
+
+/* EXAMPLE_PLUGIN_NO_ENTRY builds a library whose only export has the wrong
+ * name (the loader must say it is not a plug-in). */
+#ifdef EXAMPLE_PLUGIN_NO_ENTRY
+#define EXAMPLE_ENTRY attnkit_plugin_v0
+#else
+#define EXAMPLE_ENTRY attnkit_plugin_v1
+#endif
+
+#if defined(__GNUC__)
+__attribute__((visibility("default")))
+#endif
+const attnkit_plugin_v1_table*
+EXAMPLE_ENTRY(void) {
+  return &kTable;
+}

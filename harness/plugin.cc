@@ -1,0 +1,181 @@
+#include "harness/plugin.h"
+
+#include <dlfcn.h>
+
+#include <cctype>
+#include <filesystem>
+#include <string_view>
+
+#include "runtime/attnkit_plugin.h"
+
+namespace attnkit::harness {
+namespace {
+
+// Enough for any sensible message; the plug-in truncates to fit.
+constexpr size_t kErrorCapacity = 1024;
+
+struct LibraryCloser {
+  void operator()(void* handle) const {
+    if (handle != nullptr) dlclose(handle);
+  }
+};
+using Library = std::unique_ptr<void, LibraryCloser>;
+
+attnkit_plugin_tensor ToC(const TensorView& t) {
+  attnkit_plugin_tensor c{};
+  c.data = t.data;
+  c.dtype = static_cast<int32_t>(t.dtype);
+  for (int i = 0; i < 4; ++i) {
+    c.shape[i] = t.shape[i];
+    c.strides[i] = t.strides[i];
+  }
+  return c;
+}
+
+attnkit_plugin_problem ToC(const AttentionProblem& p) {
+  attnkit_plugin_problem c{};
+  c.batch = p.batch;
+  c.q_heads = p.q_heads;
+  c.kv_heads = p.kv_heads;
+  c.head_dim = p.head_dim;
+  c.q_lens = p.q_lens.data();
+  c.kv_lens = p.kv_lens.data();
+  c.mask = static_cast<int32_t>(p.mask);
+  c.dtype = static_cast<int32_t>(p.dtype);
+  c.layout = static_cast<int32_t>(p.layout);
+  c.window = p.window;
+  c.scale = p.EffectiveScale();
+  return c;
+}
+
+Status FromC(attnkit_plugin_status s, std::string_view what,
+             const std::string& name, const char* error) {
+  std::string msg = "plugin " + name + ": " + std::string(what) + ": " +
+                    (error[0] != '\0' ? error : "(no message)");
+  switch (s) {
+    case ATTNKIT_PLUGIN_OK:
+      return Status::Ok();
+    case ATTNKIT_PLUGIN_UNSUPPORTED:
+      return Status::Unimplemented(std::move(msg));
+    case ATTNKIT_PLUGIN_INVALID_ARGUMENT:
+      return Status::InvalidArgument(std::move(msg));
+    case ATTNKIT_PLUGIN_INTERNAL:
+      return Status::Internal(std::move(msg));
+  }
+  return Status::Internal(
+      "plugin " + name + ": " + std::string(what) + " returned status " +
+      std::to_string(static_cast<int>(s)) + ", not an attnkit_plugin_status");
+}
+
+class PluginBackend final : public Backend {
+ public:
+  PluginBackend(Library lib, const attnkit_plugin_v1_table* table,
+                void* instance)
+      : lib_(std::move(lib)),
+        table_(table),
+        instance_(instance),
+        name_(table->name) {}
+  ~PluginBackend() override { table_->destroy(instance_); }
+
+  std::string_view name() const override { return name_; }
+
+  Status Supports(const AttentionProblem& p) const override {
+    if (table_->supports == nullptr) return Status::Ok();
+    char error[kErrorCapacity] = {};
+    const attnkit_plugin_problem cp = ToC(p);
+    return FromC(table_->supports(instance_, &cp, error, sizeof(error)),
+                 "supports", name_, error);
+  }
+
+  Status Attention(const AttentionProblem& p,
+                   const AttentionArgs& args) override {
+    ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+    char error[kErrorCapacity] = {};
+    const attnkit_plugin_problem cp = ToC(p);
+    const attnkit_plugin_attention_args ca{
+        ToC(args.q), ToC(args.k), ToC(args.v), ToC(args.bias), ToC(args.out)};
+    return FromC(table_->attention(instance_, &cp, &ca, error, sizeof(error)),
+                 "attention", name_, error);
+  }
+
+ private:
+  Library lib_;  // declared first: destroyed (dlclose) after the instance
+  const attnkit_plugin_v1_table* table_;
+  void* instance_;
+  std::string name_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path) {
+  const std::string at = "plugin=" + path;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return Status::NotFound(at + ": no such file");
+  }
+  // RTLD_LOCAL: two plug-ins may define the same symbols; RTLD_NOW: a
+  // missing dependency is reported here, not as a crash mid-campaign.
+  // dlopen of a bare name searches the library path; "./" keeps it a file.
+  const std::string open_path =
+      path.find('/') == std::string::npos ? "./" + path : path;
+  Library lib(dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL));
+  if (!lib) {
+    const char* e = dlerror();
+    return Status::InvalidArgument(at + ": cannot load it as a shared " +
+                                   "library: " + (e ? e : "unknown error"));
+  }
+  dlerror();
+  void* sym = dlsym(lib.get(), ATTNKIT_PLUGIN_ENTRY_V1);
+  if (sym == nullptr) {
+    return Status::InvalidArgument(
+        at + ": does not export " + ATTNKIT_PLUGIN_ENTRY_V1 +
+        " (not an attnkit plug-in, or built for another ABI version; see "
+        "runtime/attnkit_plugin.h)");
+  }
+  auto entry = reinterpret_cast<attnkit_plugin_v1_fn>(sym);
+  const attnkit_plugin_v1_table* t = entry();
+  if (t == nullptr) {
+    return Status::InvalidArgument(at + ": " + ATTNKIT_PLUGIN_ENTRY_V1 +
+                                   "() returned NULL");
+  }
+  if (t->abi_version != ATTNKIT_PLUGIN_ABI_VERSION) {
+    return Status::InvalidArgument(
+        at + ": abi_version=" + std::to_string(t->abi_version) +
+        ", this attnkit speaks " + std::to_string(ATTNKIT_PLUGIN_ABI_VERSION));
+  }
+  if (t->struct_size < sizeof(attnkit_plugin_v1_table)) {
+    return Status::InvalidArgument(
+        at + ": struct_size=" + std::to_string(t->struct_size) +
+        " is smaller than the v1 table (" +
+        std::to_string(sizeof(attnkit_plugin_v1_table)) + " bytes)");
+  }
+  const char* missing = t->create == nullptr      ? "create"
+                        : t->destroy == nullptr   ? "destroy"
+                        : t->attention == nullptr ? "attention"
+                                                  : nullptr;
+  if (missing != nullptr) {
+    return Status::InvalidArgument(at + ": the table's " + missing +
+                                   " entry is NULL");
+  }
+  const std::string_view name = t->name == nullptr ? "" : t->name;
+  bool name_ok = !name.empty() && name.size() <= 64;
+  for (char ch : name) {
+    name_ok =
+        name_ok && (std::islower(static_cast<unsigned char>(ch)) ||
+                    std::isdigit(static_cast<unsigned char>(ch)) || ch == '_');
+  }
+  if (!name_ok) {
+    return Status::InvalidArgument(at + ": name='" + std::string(name) +
+                                   "' is not [a-z0-9_]{1,64}");
+  }
+  char error[kErrorCapacity] = {};
+  void* instance = t->create(error, sizeof(error));
+  if (instance == nullptr) {
+    return Status::Internal(
+        at + ": create() failed: " + (error[0] ? error : "(no message)"));
+  }
+  return std::unique_ptr<Backend>(
+      std::make_unique<PluginBackend>(std::move(lib), t, instance));
+}
+
+}  // namespace attnkit::harness

@@ -1,0 +1,24 @@
+// Loads a user's attention kernel from a shared library through the C ABI of
+// runtime/attnkit_plugin.h and wraps it as a Backend, so the campaign runs it
+// exactly like a built-in one.
+#ifndef ATTNKIT_HARNESS_PLUGIN_H_
+#define ATTNKIT_HARNESS_PLUGIN_H_
+
+#include <memory>
+#include <string>
+
+#include "runtime/backend.h"
+#include "runtime/status.h"
+
+namespace attnkit::harness {
+
+// dlopen()s `path`, resolves attnkit_plugin_v1, checks the table (ABI
+// version, size, required entries, name) and creates one instance. Errors
+// name the path and what is wrong: NOT_FOUND for a missing file,
+// INVALID_ARGUMENT for a library that is not a (compatible) plug-in. The
+// returned backend keeps the library loaded until it is destroyed.
+StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path);
+
+}  // namespace attnkit::harness
+
+#endif  // ATTNKIT_HARNESS_PLUGIN_H_

@@ -1,0 +1,253 @@
+#include "harness/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+namespace attnkit::harness {
+namespace {
+
+std::string Fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, x);
+  return buf;
+}
+
+std::string G(double x) { return Fmt("%.6g", x); }
+
+std::string Index(const std::array<int64_t, 4>& i) {
+  return "(" + std::to_string(i[0]) + ", " + std::to_string(i[1]) + ", " +
+         std::to_string(i[2]) + ", " + std::to_string(i[3]) + ")";
+}
+
+std::string Details(const CheckResult& r) {
+  std::string s;
+  const ErrorStats& e = r.error;
+  switch (r.outcome) {
+    case Outcome::kMismatch:
+    case Outcome::kNonFinite: {
+      s += "  Mismatched elements: " + std::to_string(e.mismatched) + " / " +
+           std::to_string(e.count) + " (" +
+           Fmt("%.1f", e.count ? 100.0 * static_cast<double>(e.mismatched) /
+                                     static_cast<double>(e.count)
+                               : 0.0) +
+           "%)\n";
+      if (e.nonfinite > 0) {
+        s += "  NaN/Inf where the oracle is finite: " +
+             std::to_string(e.nonfinite) + " element(s), the first at index " +
+             Index(e.first_nonfinite_index) + "\n";
+      }
+      s += "  Greatest absolute difference: " + G(e.max_abs) + " at index " +
+           Index(e.max_abs_index) + " (got " + G(e.max_abs_got) + ", want " +
+           G(e.max_abs_want) + "; up to " + G(r.bounds.max_abs) + " allowed)\n";
+      s += "  Greatest relative difference: " + G(e.max_rel) + " at index " +
+           Index(e.max_rel_index) + "\n";
+      s += "  Mean absolute difference: " + G(e.mean_abs) + " (up to " +
+           G(r.bounds.mean_abs) + " allowed)\n";
+      break;
+    }
+    default:
+      s += "  " + r.message + "\n";
+      break;
+  }
+  if (r.step >= 0) {
+    s += "  At decode step " + std::to_string(r.step) + ", problem " +
+         r.problem.ToString() + "\n";
+  }
+  return s;
+}
+
+std::string Header(const std::string& backend, const CheckResult& r) {
+  std::string what;
+  switch (r.outcome) {
+    case Outcome::kMismatch:
+      what = "Tensor-likes are not close!";
+      break;
+    case Outcome::kNonFinite:
+      what = "NaN/Inf where the oracle has none";
+      break;
+    case Outcome::kKvCache:
+      what = "KV cache differs from the naive concatenation";
+      break;
+    case Outcome::kStrayWrite:
+      what = "wrote memory it does not own";
+      break;
+    case Outcome::kError:
+      what = "returned an error on a supported problem";
+      break;
+    default:
+      what = std::string(OutcomeName(r.outcome));
+      break;
+  }
+  return "FAIL [" + backend + "] " + std::string(OutcomeName(r.outcome)) +
+         ": " + what + "\n";
+}
+
+// JSON string literal.
+std::string Q(std::string_view s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += ch;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      o += buf;
+    } else {
+      o += ch;
+    }
+  }
+  return o + "\"";
+}
+
+// JSON has no Inf/NaN: they are null.
+std::string Num(double x) {
+  if (!std::isfinite(x)) return "null";
+  return Fmt("%.9g", x);
+}
+
+std::string IndexJson(const std::array<int64_t, 4>& i) {
+  return "[" + std::to_string(i[0]) + "," + std::to_string(i[1]) + "," +
+         std::to_string(i[2]) + "," + std::to_string(i[3]) + "]";
+}
+
+}  // namespace
+
+std::string ShellQuote(std::string_view s) {
+  std::string o = "'";
+  for (char ch : s) {
+    if (ch == '\'') {
+      o += "'\\''";
+    } else {
+      o += ch;
+    }
+  }
+  return o + "'";
+}
+
+std::string ReproducerCommand(const TestCase& c, std::string_view backend,
+                              std::span<const std::string> plugins) {
+  std::string s = "./attnkit check --repro " + ShellQuote(c.ToString()) +
+                  " --backends " + std::string(backend);
+  for (const std::string& p : plugins) s += " --plugin " + ShellQuote(p);
+  return s;
+}
+
+std::string FormatFailure(const FailureReport& f,
+                          std::span<const std::string> plugins) {
+  std::string s = Header(f.backend, f.result) + Details(f.result);
+  const TestCase& c = f.shrunk;
+  s += "  Seed " + std::to_string(c.seed) + ", case " +
+       std::to_string(c.index) + ", values " +
+       std::string(ValueProfileName(c.profile)) +
+       (c.decode_steps > 0
+            ? ", decode loop of " + std::to_string(c.decode_steps) + " steps"
+            : std::string()) +
+       ", problem " + c.problem.ToString() + "\n";
+  if (f.was_shrunk) {
+    s += "  Shrunk from " + f.original.problem.ToString() + " (" +
+         std::to_string(f.shrink_accepted) + " of " +
+         std::to_string(f.shrink_attempts) + " simplifications kept)\n";
+  }
+  s += "  Reproduce: " + ReproducerCommand(c, f.backend, plugins) + "\n";
+  return s;
+}
+
+std::string FormatResult(const TestCase& c, const CheckResult& r) {
+  if (r.outcome == Outcome::kSkipped) {
+    return "SKIP [" + r.backend + "] " + r.message + "\n";
+  }
+  if (!r.failed()) {
+    return "PASS [" + r.backend + "] worst error/bound " + G(r.ratio) +
+           " (max |err| " + G(r.error.max_abs) + " <= " + G(r.bounds.max_abs) +
+           ", mean |err| " + G(r.error.mean_abs) +
+           " <= " + G(r.bounds.mean_abs) + ")\n";
+  }
+  return Header(r.backend, r) + Details(r) + "  Case: " + c.ToString() + "\n";
+}
+
+std::string FormatSummary(const CampaignResult& r) {
+  std::string s;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-24s %8s %9s %8s %16s %10s\n", "backend",
+                "cases", "failures", "skipped", "worst err/bound", "cases/s");
+  s += line;
+  for (const BackendSummary& b : r.backends) {
+    const std::string ratio = std::isfinite(b.worst_ratio)
+                                  ? Fmt("%.3f", b.worst_ratio)
+                                  : std::string("inf (NaN)");
+    std::snprintf(
+        line, sizeof(line), "%-24s %8lld %9lld %8lld %16s %10.0f\n",
+        b.name.c_str(), static_cast<long long>(b.cases),
+        static_cast<long long>(b.failures), static_cast<long long>(b.skipped),
+        ratio.c_str(),
+        b.seconds > 0 ? static_cast<double>(b.cases) / b.seconds : 0.0);
+    s += line;
+  }
+  std::snprintf(
+      line, sizeof(line),
+      "%lld cases in %.1f s, %.1f s CPU (%.0f cases/min, oracle and "
+      "reference included): %lld failure(s)\n",
+      static_cast<long long>(r.cases), r.seconds, r.cpu_seconds,
+      r.seconds > 0 ? 60.0 * static_cast<double>(r.cases) / r.seconds : 0.0,
+      static_cast<long long>(r.failures));
+  s += line;
+  return s;
+}
+
+std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
+  std::string s = "{\n";
+  s += "  \"schema_version\": " + std::to_string(kJsonSchemaVersion) + ",\n";
+  s += "  \"tool\": \"attnkit check\",\n";
+  s += "  \"tier\": " + Q(ctx.tier) + ",\n";
+  s += "  \"seed\": " + std::to_string(ctx.seed) + ",\n";
+  s += "  \"shard\": " + Q(ctx.shard) + ",\n";
+  s += "  \"summary\": {\"cases\": " + std::to_string(r.cases) +
+       ", \"failures\": " + std::to_string(r.failures) +
+       ", \"seconds\": " + Num(r.seconds) +
+       ", \"cpu_seconds\": " + Num(r.cpu_seconds) +
+       ", \"fatal\": " + (r.fatal ? Q(r.fatal_message) : "null") + "},\n";
+  s += "  \"backends\": [";
+  for (size_t i = 0; i < r.backends.size(); ++i) {
+    const BackendSummary& b = r.backends[i];
+    s += std::string(i ? ",\n    " : "\n    ") + "{\"name\": " + Q(b.name) +
+         ", \"cases\": " + std::to_string(b.cases) +
+         ", \"failures\": " + std::to_string(b.failures) +
+         ", \"skipped\": " + std::to_string(b.skipped) +
+         ", \"worst_ratio\": " + Num(b.worst_ratio) +
+         ", \"worst_case\": " + Q(b.worst_case) +
+         ", \"seconds\": " + Num(b.seconds) + "}";
+  }
+  s += r.backends.empty() ? "],\n" : "\n  ],\n";
+  s += "  \"failures\": [";
+  for (size_t i = 0; i < r.reports.size(); ++i) {
+    const FailureReport& f = r.reports[i];
+    const CheckResult& c = f.result;
+    s += std::string(i ? ",\n    " : "\n    ") +
+         "{\"backend\": " + Q(f.backend) +
+         ", \"outcome\": " + Q(OutcomeName(c.outcome)) +
+         ", \"case\": " + Q(f.shrunk.ToString()) +
+         ", \"original_case\": " + Q(f.original.ToString()) +
+         ", \"shrunk\": " + (f.was_shrunk ? "true" : "false") +
+         ", \"reproducer\": " +
+         Q(ReproducerCommand(f.shrunk, f.backend, ctx.plugins)) +
+         ", \"step\": " + std::to_string(c.step) +
+         ", \"message\": " + Q(c.message) +
+         ", \"mismatched\": " + std::to_string(c.error.mismatched) +
+         ", \"compared\": " + std::to_string(c.error.count) +
+         ", \"nonfinite\": " + std::to_string(c.error.nonfinite) +
+         ", \"max_abs_err\": " + Num(c.error.max_abs) +
+         ", \"max_abs_index\": " + IndexJson(c.error.max_abs_index) +
+         ", \"max_rel_err\": " + Num(c.error.max_rel) +
+         ", \"mean_abs_err\": " + Num(c.error.mean_abs) +
+         ", \"bound_max_abs\": " + Num(c.bounds.max_abs) +
+         ", \"bound_mean_abs\": " + Num(c.bounds.mean_abs) + "}";
+  }
+  s += r.reports.empty() ? "]\n" : "\n  ]\n";
+  s += "}\n";
+  return s;
+}
+
+}  // namespace attnkit::harness

@@ -1,0 +1,50 @@
+// Reports: a torch-style failure text for people, a per-backend summary
+// table, and versioned JSON for machines.
+#ifndef ATTNKIT_HARNESS_REPORT_H_
+#define ATTNKIT_HARNESS_REPORT_H_
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "harness/campaign.h"
+#include "harness/runner.h"
+
+namespace attnkit::harness {
+
+// Bumped whenever a field changes meaning or disappears (additions too, so
+// consumers can rely on a version's fields being present).
+inline constexpr int kJsonSchemaVersion = 1;
+
+// The one-line command that replays `c` on `backend`; plug-ins needed to
+// build that backend are passed along.
+std::string ReproducerCommand(const TestCase& c, std::string_view backend,
+                              std::span<const std::string> plugins = {});
+
+// Single quotes for a POSIX shell (case strings never contain one, but a
+// plug-in path might).
+std::string ShellQuote(std::string_view s);
+
+// "FAIL [simd] mismatch ..." with mismatched count and %, greatest absolute
+// and relative differences with their [b, h, i, e] index, the mean error,
+// the bounds, seed/index, the (shrunk) problem and the reproducer.
+std::string FormatFailure(const FailureReport& f,
+                          std::span<const std::string> plugins = {});
+
+// One check's result in the same words (the --repro path).
+std::string FormatResult(const TestCase& c, const CheckResult& r);
+
+// backend | cases | failures | skipped | worst err/bound | cases/s.
+std::string FormatSummary(const CampaignResult& r);
+
+struct JsonContext {
+  std::string tier;
+  uint64_t seed = 0;
+  std::string shard;  // "i/n"
+  std::span<const std::string> plugins;
+};
+std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx);
+
+}  // namespace attnkit::harness
+
+#endif  // ATTNKIT_HARNESS_REPORT_H_

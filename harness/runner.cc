@@ -1,0 +1,371 @@
+#include "harness/runner.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+
+#include "reference/concat_kv.h"
+#include "reference/oracle.h"
+#include "reference/reference.h"
+#include "runtime/random.h"
+
+namespace attnkit::harness {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Output elements a backend must not touch (rows i >= q_lens[b]) and must
+// overwrite (rows i < q_lens[b], including fully masked ones, which are 0)
+// start as this quiet NaN. Its payload is unlikely to be produced by any
+// arithmetic, so "still the sentinel" means "never written".
+constexpr uint32_t kSentinelBits = 0x7fc0dea1u;
+
+void FillSentinel(const TensorView& out) {
+  const float s = std::bit_cast<float>(kSentinelBits);
+  for (int64_t b = 0; b < out.shape[0]; ++b)
+    for (int64_t h = 0; h < out.shape[1]; ++h)
+      for (int64_t i = 0; i < out.shape[2]; ++i)
+        for (int64_t e = 0; e < out.shape[3]; ++e) out.Store(b, h, i, e, s);
+}
+
+// The first element of rows i >= q_lens[b] that no longer holds the
+// sentinel, as a message ("" when none).
+std::string StrayWrite(const AttentionProblem& p, const TensorView& out) {
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = p.q_lens[b]; i < out.shape[2]; ++i)
+        for (int64_t e = 0; e < p.head_dim; ++e) {
+          const float x = out.Load(b, h, i, e);
+          if (std::bit_cast<uint32_t>(x) != kSentinelBits) {
+            return "wrote out[" + std::to_string(b) + "," + std::to_string(h) +
+                   "," + std::to_string(i) + "," + std::to_string(e) +
+                   "] = " + std::to_string(x) + ", past q_lens[" +
+                   std::to_string(b) + "]=" + std::to_string(p.q_lens[b]);
+          }
+        }
+  return "";
+}
+
+// Copies rows [src_row, src_row + n) of sequence b (all heads, all of dim 3)
+// to rows [dst_row, ...) of dst. Load/Store round-trips f32 and bf16 values
+// bit for bit (no NaNs in generated inputs).
+void CopyRows(const TensorView& src, int64_t src_row, const TensorView& dst,
+              int64_t dst_row, int64_t b, int64_t n) {
+  for (int64_t h = 0; h < dst.shape[1]; ++h)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t e = 0; e < dst.shape[3]; ++e) {
+        dst.Store(b, h, dst_row + t, e, src.Load(b, h, src_row + t, e));
+      }
+}
+
+// Truth for one call: the oracle's output and the bounds derived from the
+// naive reference's error on the same inputs.
+struct Truth {
+  std::vector<double> oracle;
+  Bounds bounds;
+};
+
+StatusOr<Truth> ComputeTruth(const AttentionProblem& p, AttentionArgs args) {
+  Truth t;
+  ATTNKIT_RETURN_IF_ERROR(reference::OracleAttention(p, args, &t.oracle));
+  FillSentinel(args.out);
+  ATTNKIT_RETURN_IF_ERROR(reference::Attention(p, args));
+  const ErrorStats naive = MeasureError(p, t.oracle, args.out);
+  if (naive.nonfinite > 0) {
+    return Status::Internal("the naive reference produced NaN/Inf on " +
+                            p.ToString());
+  }
+  t.bounds = ToleranceFor(p, naive, ValueScale(p, args.v),
+                          MeasureLogitSensitivity(p, args, t.oracle));
+  return t;
+}
+
+// Runs one backend call and judges it; returns false when it failed (and
+// fills r). `call` returns the backend's Status.
+template <typename Call>
+bool CheckCall(const AttentionProblem& p, const AttentionArgs& args,
+               const Truth& truth, Backend& backend, int64_t step,
+               CheckResult& r, Call&& call) {
+  FillSentinel(args.out);
+  const auto t0 = Clock::now();
+  Status s;
+  try {
+    s = call();
+  } catch (const std::exception& e) {
+    s = Status::Internal(std::string("threw: ") + e.what());
+  }
+  r.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  auto fail = [&](Outcome o, std::string msg) {
+    r.outcome = o;
+    r.message = std::move(msg);
+    r.step = step;
+    r.problem = p;
+    r.bounds = truth.bounds;
+    return false;
+  };
+  if (!s.ok()) return fail(Outcome::kError, s.ToString());
+  const ErrorStats e =
+      MeasureError(p, truth.oracle, args.out, truth.bounds.max_abs);
+  const double ratio = ErrorRatio(e, truth.bounds);
+  if (ratio >= r.ratio) {
+    r.ratio = ratio;
+    r.error = e;
+    r.bounds = truth.bounds;
+    r.problem = p;
+  }
+  if (e.nonfinite > 0) {
+    r.error = e;
+    return fail(Outcome::kNonFinite, "");
+  }
+  if (!WithinTolerance(e, truth.bounds)) {
+    r.error = e;
+    return fail(Outcome::kMismatch, "");
+  }
+  if (std::string stray = StrayWrite(p, args.out); !stray.empty()) {
+    return fail(Outcome::kStrayWrite, std::move(stray));
+  }
+  return true;
+}
+
+Status Supported(Backend& b, const AttentionProblem& p) {
+  try {
+    return b.Supports(p);
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("Supports threw: ") + e.what());
+  }
+}
+
+StatusOr<std::vector<CheckResult>> RunPlain(
+    const TestCase& c, std::span<Backend* const> backends) {
+  const AttentionProblem& p = c.problem;
+  ATTNKIT_ASSIGN_OR_RETURN(AttentionData data,
+                           AttentionData::Create(p, p.max_kv_len() + c.kv_pad));
+  Rng rng = ValueRng(c);
+  data.Fill(p, rng, c.profile);
+  ATTNKIT_ASSIGN_OR_RETURN(Truth truth, ComputeTruth(p, data.args()));
+  std::vector<CheckResult> results;
+  for (Backend* backend : backends) {
+    CheckResult r;
+    r.backend = std::string(backend->name());
+    r.problem = p;
+    if (Status s = Supported(*backend, p); !s.ok()) {
+      r.outcome = Outcome::kSkipped;
+      r.message = s.ToString();
+    } else {
+      CheckCall(p, data.args(), truth, *backend, -1, r,
+                [&] { return backend->Attention(p, data.args()); });
+    }
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+// The first cache element that differs from the naive concatenation, or a
+// byte written past the sequence's length (the cache starts zeroed), as a
+// message ("" when the cache is exact).
+std::string CompareCache(const char* which, const TensorView& cache,
+                         const reference::ConcatKv& golden, bool is_v) {
+  const int64_t esize = DTypeSize(cache.dtype);
+  const auto* base = static_cast<const unsigned char*>(cache.data);
+  for (int64_t b = 0; b < cache.shape[0]; ++b) {
+    const TensorView want = is_v ? golden.V(b) : golden.K(b);
+    const auto* wbase = static_cast<const unsigned char*>(want.data);
+    const int64_t len = golden.length(b);
+    for (int64_t h = 0; h < cache.shape[1]; ++h)
+      for (int64_t j = 0; j < cache.shape[2]; ++j)
+        for (int64_t e = 0; e < cache.shape[3]; ++e) {
+          const unsigned char* got = base + cache.Offset(b, h, j, e) * esize;
+          static constexpr unsigned char kZero[4] = {0, 0, 0, 0};
+          const unsigned char* expect =
+              j < len ? wbase + want.Offset(0, h, j, e) * esize : kZero;
+          if (std::memcmp(got, expect, static_cast<size_t>(esize)) != 0) {
+            const std::string at = std::string(which) + "[" +
+                                   std::to_string(b) + "," + std::to_string(h) +
+                                   "," + std::to_string(j) + "," +
+                                   std::to_string(e) + "]";
+            if (j >= len) {
+              return "wrote " + at + " = " +
+                     std::to_string(cache.Load(b, h, j, e)) +
+                     " past the sequence's length " + std::to_string(len);
+            }
+            return at + " = " + std::to_string(cache.Load(b, h, j, e)) +
+                   ", expected " + std::to_string(want.Load(0, h, j, e)) +
+                   " (bit-exact)";
+          }
+        }
+  }
+  return "";
+}
+
+StatusOr<std::vector<CheckResult>> RunDecode(
+    const TestCase& c, std::span<Backend* const> backends) {
+  const AttentionProblem& p = c.problem;
+  const int64_t steps = c.decode_steps, capacity = DecodeCapacity(c);
+  // Every query and key of the whole loop, drawn once so the value profile
+  // holds across steps (one dominant key, constant rows, ...).
+  AttentionProblem total = p;
+  std::vector<int64_t> prompt(p.batch), q0(p.batch);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    prompt[b] = p.kv_lens[b] - steps * p.q_lens[b];
+    q0[b] = std::min(p.q_lens[b], prompt[b]);
+    total.q_lens[b] = q0[b] + steps * p.q_lens[b];
+  }
+  ATTNKIT_ASSIGN_OR_RETURN(AttentionData all,
+                           AttentionData::Create(total, capacity));
+  Rng rng = ValueRng(c);
+  all.Fill(total, rng, c.profile);
+  const AttentionArgs& whole = all.args();
+
+  std::vector<CheckResult> results(backends.size());
+  struct Cache {
+    Tensor k, v;
+  };
+  std::vector<Cache> caches(backends.size());
+  const std::array<int64_t, 4> cache_shape{p.batch, p.kv_heads, capacity,
+                                           p.head_dim};
+  for (size_t i = 0; i < backends.size(); ++i) {
+    CheckResult& r = results[i];
+    r.backend = std::string(backends[i]->name());
+    r.problem = p;
+    for (int64_t s = 0; s <= steps; ++s) {
+      if (Status st = Supported(*backends[i], DecodeStepProblem(c, s));
+          !st.ok()) {
+        r.outcome = Outcome::kSkipped;
+        r.message = st.ToString();
+        break;
+      }
+    }
+    caches[i].k = Tensor::Allocate(p.dtype, cache_shape,
+                                   KvStrides(p.layout, false, cache_shape));
+    caches[i].v = Tensor::Allocate(p.dtype, cache_shape,
+                                   KvStrides(p.layout, true, cache_shape));
+  }
+  reference::ConcatKv golden(p.batch, p.kv_heads, p.head_dim, p.dtype);
+
+  for (int64_t s = 0; s <= steps; ++s) {
+    const AttentionProblem ps = DecodeStepProblem(c, s);
+    std::vector<int64_t> positions(p.batch), new_lens(p.batch);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      positions[b] = s == 0 ? 0 : prompt[b] + (s - 1) * p.q_lens[b];
+      new_lens[b] = s == 0 ? prompt[b] : p.q_lens[b];
+    }
+    const int64_t max_new = *std::max_element(new_lens.begin(), new_lens.end());
+    const std::array<int64_t, 4> new_shape{p.batch, p.kv_heads, max_new,
+                                           p.head_dim};
+    // New tokens in the problem's layout too: a token-major (BSHD) staging
+    // buffer is what a projection emits.
+    Tensor new_k = Tensor::Allocate(p.dtype, new_shape,
+                                    KvStrides(p.layout, false, new_shape));
+    Tensor new_v = Tensor::Allocate(p.dtype, new_shape,
+                                    KvStrides(p.layout, true, new_shape));
+    const int64_t mq = ps.max_q_len();
+    Tensor q =
+        Tensor::Contiguous(p.dtype, {p.batch, p.q_heads, mq, p.head_dim});
+    Tensor out =
+        Tensor::Contiguous(DType::kF32, {p.batch, p.q_heads, mq, p.head_dim});
+    Tensor bias;
+    if (p.mask == MaskKind::kBias) {
+      bias =
+          Tensor::Contiguous(DType::kF32, {p.batch, p.q_heads, mq, capacity});
+    }
+    for (int64_t b = 0; b < p.batch; ++b) {
+      CopyRows(whole.k, positions[b], new_k.view, 0, b, new_lens[b]);
+      CopyRows(whole.v, positions[b], new_v.view, 0, b, new_lens[b]);
+      const int64_t qrow = s == 0 ? 0 : q0[b] + (s - 1) * p.q_lens[b];
+      CopyRows(whole.q, qrow, q.view, 0, b, ps.q_lens[b]);
+      if (p.mask == MaskKind::kBias) {
+        CopyRows(whole.bias, qrow, bias.view, 0, b, ps.q_lens[b]);
+      }
+    }
+    ATTNKIT_RETURN_IF_ERROR(
+        golden.Append(new_k.view, new_v.view, new_lens).status());
+    // The oracle and the naive reference read the keys where they were
+    // drawn; each backend reads its own cache, whose bytes are checked equal
+    // first.
+    const AttentionArgs truth_args{q.view, whole.k, whole.v, bias.view,
+                                   out.view};
+    ATTNKIT_ASSIGN_OR_RETURN(Truth truth, ComputeTruth(ps, truth_args));
+
+    for (size_t i = 0; i < backends.size(); ++i) {
+      CheckResult& r = results[i];
+      if (r.outcome != Outcome::kPass) continue;  // skipped or failed earlier
+      Backend& backend = *backends[i];
+      const KvAppendArgs append{caches[i].k.view, caches[i].v.view, new_k.view,
+                                new_v.view,       positions,        new_lens};
+      const auto t0 = Clock::now();
+      Status st;
+      try {
+        st = backend.AppendKv(append);
+      } catch (const std::exception& e) {
+        st = Status::Internal(std::string("AppendKv threw: ") + e.what());
+      }
+      r.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      auto fail = [&](Outcome o, std::string msg) {
+        r.outcome = o;
+        r.message = "step " + std::to_string(s) + ": " + std::move(msg);
+        r.step = s;
+        r.problem = ps;
+        r.bounds = truth.bounds;
+      };
+      if (!st.ok()) {
+        fail(Outcome::kError, "AppendKv: " + st.ToString());
+        continue;
+      }
+      std::string diff =
+          CompareCache("k_cache", caches[i].k.view, golden, false);
+      if (diff.empty()) {
+        diff = CompareCache("v_cache", caches[i].v.view, golden, true);
+      }
+      if (!diff.empty()) {
+        fail(Outcome::kKvCache, diff);
+        continue;
+      }
+      const AttentionArgs args{q.view, caches[i].k.view, caches[i].v.view,
+                               bias.view, out.view};
+      if (!CheckCall(ps, args, truth, backend, s, r,
+                     [&] { return backend.Attention(ps, args); })) {
+        if (!r.message.empty())
+          r.message = "step " + std::to_string(s) + ": " + r.message;
+      }
+    }
+  }
+  return results;
+}
+
+}  // namespace
+
+std::string_view OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kPass:
+      return "pass";
+    case Outcome::kSkipped:
+      return "skipped";
+    case Outcome::kMismatch:
+      return "mismatch";
+    case Outcome::kNonFinite:
+      return "nonfinite";
+    case Outcome::kKvCache:
+      return "kv_cache";
+    case Outcome::kStrayWrite:
+      return "stray_write";
+    case Outcome::kError:
+      return "error";
+  }
+  return "invalid";
+}
+
+Rng ValueRng(const TestCase& c) {
+  return Rng(c.seed ^ 0x76616c7565730000ull, c.index);  // "values"
+}
+
+StatusOr<std::vector<CheckResult>> RunCase(const TestCase& c,
+                                           std::span<Backend* const> backends) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateCase(c));
+  if (c.decode_steps > 0) return RunDecode(c, backends);
+  return RunPlain(c, backends);
+}
+
+}  // namespace attnkit::harness

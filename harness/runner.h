@@ -1,0 +1,59 @@
+// The differential runner: one case, every backend under test, each checked
+// against the f64 oracle with the tolerance model. A plain case is one
+// attention call; a decode-loop case appends to a preallocated cache per
+// backend step by step and checks every step's output and the cache bytes.
+#ifndef ATTNKIT_HARNESS_RUNNER_H_
+#define ATTNKIT_HARNESS_RUNNER_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "harness/test_case.h"
+#include "harness/tolerance.h"
+#include "runtime/backend.h"
+#include "runtime/status.h"
+
+namespace attnkit::harness {
+
+enum class Outcome : uint8_t {
+  kPass = 0,
+  kSkipped,     // Supports() said no: never a failure
+  kMismatch,    // error beyond the tolerance
+  kNonFinite,   // NaN/Inf where the oracle is finite
+  kKvCache,     // cache bytes differ from the naive concatenation
+  kStrayWrite,  // wrote output rows past q_lens[b] (or cache past the end)
+  kError,       // returned an error (or threw) on a supported problem
+};
+std::string_view OutcomeName(Outcome o);
+
+struct CheckResult {
+  std::string backend;
+  Outcome outcome = Outcome::kPass;
+  std::string message;  // the skip reason, error, or cache/stray detail
+  int64_t step = -1;    // decode step of the failure (-1: a plain case)
+  // The problem of the failing (or, on a pass, the worst) call.
+  AttentionProblem problem;
+  ErrorStats error;
+  Bounds bounds;
+  double ratio = 0;    // worst error/bound over the case's calls
+  double seconds = 0;  // time inside this backend (append + attention)
+
+  bool failed() const {
+    return outcome != Outcome::kPass && outcome != Outcome::kSkipped;
+  }
+};
+
+// Runs `c` on every backend (in order). A Status error means the case itself
+// is bad (it does not validate) -- never a backend failure.
+StatusOr<std::vector<CheckResult>> RunCase(const TestCase& c,
+                                           std::span<Backend* const> backends);
+
+// The seed of the value stream of a case: independent of the shape stream
+// Rng(seed, index), so a shrunk problem re-draws its values reproducibly.
+Rng ValueRng(const TestCase& c);
+
+}  // namespace attnkit::harness
+
+#endif  // ATTNKIT_HARNESS_RUNNER_H_

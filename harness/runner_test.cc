@@ -1,0 +1,184 @@
+#include "harness/runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include "harness/canaries.h"
+#include "reference/reference.h"
+
+namespace attnkit::harness {
+namespace {
+
+// The reference, then a hook that may damage what it wrote.
+class Wrapped final : public Backend {
+ public:
+  using Hook =
+      std::function<Status(const AttentionProblem&, const AttentionArgs&)>;
+  Wrapped(Hook after, Status supports = Status::Ok())
+      : after_(std::move(after)), supports_(std::move(supports)) {}
+  std::string_view name() const override { return "wrapped"; }
+  Status Supports(const AttentionProblem&) const override { return supports_; }
+  Status Attention(const AttentionProblem& p,
+                   const AttentionArgs& args) override {
+    ATTNKIT_RETURN_IF_ERROR(reference::Attention(p, args));
+    return after_(p, args);
+  }
+
+ private:
+  Hook after_;
+  Status supports_;
+};
+
+TestCase Case(const char* text) {
+  auto c = ParseTestCase(text);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return *c;
+}
+
+CheckResult RunOne(const TestCase& c, Backend& b) {
+  Backend* one[] = {&b};
+  auto r = RunCase(c, one);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return (*r)[0];
+}
+
+TEST(RunnerTest, TheReferencePassesPlainAndDecodeCases) {
+  auto ref = reference::MakeReferenceBackend();
+  for (uint64_t i = 0; i < 60; ++i) {
+    const TestCase c = GenerateCase(Tier::kSmoke, 5, i);
+    const CheckResult r = RunOne(c, *ref);
+    EXPECT_EQ(r.outcome, Outcome::kPass) << c.ToString() << " " << r.message;
+    // Its error is the naive error itself: at most 1/1.5 of the mean bound.
+    EXPECT_LE(r.ratio, 1 / 1.5 + 1e-9);
+  }
+  const CheckResult d =
+      RunOne(Case("seed=3,index=1,steps=4,b=3,hq=4,hkv=2,d=9,q=1:0:2,kv=5:3:8,"
+                  "mask=bias,dtype=bf16,layout=bshd"),
+             *ref);
+  EXPECT_EQ(d.outcome, Outcome::kPass) << d.message;
+}
+
+TEST(RunnerTest, AnUnsupportedProblemIsSkippedNotFailed) {
+  Wrapped b([](auto&, auto&) { return Status::Ok(); },
+            Status::Unimplemented("head_dim=9 needs a multiple of 8"));
+  const CheckResult r = RunOne(Case("seed=1,index=0,b=1,d=9,q=2,kv=3"), b);
+  EXPECT_EQ(r.outcome, Outcome::kSkipped);
+  EXPECT_FALSE(r.failed());
+  EXPECT_NE(r.message.find("head_dim=9 needs"), std::string::npos);
+}
+
+TEST(RunnerTest, ErrorsAndExceptionsOnSupportedProblemsFail) {
+  Wrapped err([](auto&, auto&) { return Status::Internal("oops"); });
+  const TestCase c = Case("seed=1,index=0,b=1,d=4,q=2,kv=3");
+  CheckResult r = RunOne(c, err);
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  EXPECT_EQ(r.message, "INTERNAL: oops");
+  Wrapped thrower([](auto&, auto&) -> Status {
+    throw std::runtime_error("bad_alloc-ish");
+  });
+  r = RunOne(c, thrower);
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  EXPECT_NE(r.message.find("bad_alloc-ish"), std::string::npos);
+}
+
+TEST(RunnerTest, WritingPastQLenIsAStrayWrite) {
+  // Sequence 1 has q_len 1, so row 1 of it belongs to nobody.
+  Wrapped b([](const AttentionProblem&, const AttentionArgs& a) {
+    a.out.Store(1, 0, 1, 0, 0.0f);
+    return Status::Ok();
+  });
+  const CheckResult r = RunOne(Case("seed=1,index=0,b=2,d=4,q=2:1,kv=3:3"), b);
+  EXPECT_EQ(r.outcome, Outcome::kStrayWrite);
+  EXPECT_NE(r.message.find("wrote out[1,0,1,0]"), std::string::npos)
+      << r.message;
+}
+
+TEST(RunnerTest, AFullyMaskedRowLeftUnwrittenIsCaught) {
+  // kv_len 0: the row must be zeros; leaving the sentinel in is a NaN.
+  Wrapped b([](const AttentionProblem&, const AttentionArgs& a) {
+    for (int64_t e = 0; e < 4; ++e) {
+      a.out.Store(0, 0, 0, e, std::numeric_limits<float>::quiet_NaN());
+    }
+    return Status::Ok();
+  });
+  const CheckResult r = RunOne(Case("seed=1,index=0,b=1,d=4,q=1,kv=0"), b);
+  EXPECT_EQ(r.outcome, Outcome::kNonFinite);
+  EXPECT_EQ(r.error.nonfinite, 4);
+}
+
+TEST(RunnerTest, ASmallErrorBeyondTheBoundIsAMismatch) {
+  Wrapped b([](const AttentionProblem&, const AttentionArgs& a) {
+    a.out.Store(0, 1, 2, 3, a.out.Load(0, 1, 2, 3) * (1 + 1e-4f));
+    return Status::Ok();
+  });
+  const CheckResult r =
+      RunOne(Case("seed=1,index=0,b=1,hq=2,hkv=1,d=8,q=3,kv=40"), b);
+  EXPECT_EQ(r.outcome, Outcome::kMismatch);
+  EXPECT_EQ(r.error.mismatched, 1);
+  EXPECT_EQ(r.error.max_abs_index, (std::array<int64_t, 4>{0, 1, 2, 3}));
+  EXPECT_GT(r.ratio, 1);
+}
+
+TEST(RunnerTest, DecodeLoopChecksTheCacheBitExactly) {
+  auto spill = MakeCanary(Bug::kAppendSpill);
+  const TestCase c = Case(
+      "seed=2,index=4,steps=3,b=2,hq=2,hkv=2,d=5,q=1:1,kv=4:6,mask=causal,"
+      "dtype=bf16,layout=tv");
+  const CheckResult r = RunOne(c, *spill);
+  EXPECT_EQ(r.outcome, Outcome::kKvCache);
+  EXPECT_EQ(r.step, 0);
+  EXPECT_NE(r.message.find("past the sequence's length"), std::string::npos)
+      << r.message;
+  // The same loop with a correct append passes every step.
+  auto fine = MakeCanary(Bug::kNone);
+  EXPECT_EQ(RunOne(c, *fine).outcome, Outcome::kPass);
+}
+
+// An append that drops the low bit of the last new element: only the
+// bit-exact cache comparison can see it.
+class LossyAppend final : public Backend {
+ public:
+  std::string_view name() const override { return "lossy"; }
+  Status Attention(const AttentionProblem& p, const AttentionArgs& a) override {
+    return reference::Attention(p, a);
+  }
+  Status AppendKv(const KvAppendArgs& a) override {
+    ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+    AppendKvStrided(a);
+    if (a.new_lens[0] > 0) {
+      auto* f = static_cast<float*>(a.v_cache.data) +
+                a.v_cache.Offset(0, 0, a.positions[0], 0);
+      uint32_t bits;
+      std::memcpy(&bits, f, 4);
+      bits ^= 1;
+      std::memcpy(f, &bits, 4);
+    }
+    return Status::Ok();
+  }
+};
+
+TEST(RunnerTest, DecodeLoopCatchesAOneUlpCacheCorruption) {
+  LossyAppend lossy;
+  const CheckResult r =
+      RunOne(Case("seed=2,index=4,steps=2,b=1,d=3,q=1,kv=3,dtype=f32"), lossy);
+  EXPECT_EQ(r.outcome, Outcome::kKvCache);
+  EXPECT_NE(r.message.find("v_cache[0,0,0,0]"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("bit-exact"), std::string::npos);
+}
+
+TEST(RunnerTest, ValuesAreReproducibleFromTheCase) {
+  // Two runs of the same failing case give bit-identical error statistics.
+  auto canary = MakeCanary(Bug::kMissingRescale);
+  const TestCase c =
+      Case("seed=9,index=3,values=huge_logits,b=1,hq=1,d=16,q=4,kv=100");
+  const CheckResult a = RunOne(c, *canary), b = RunOne(c, *canary);
+  EXPECT_EQ(a.outcome, Outcome::kMismatch);
+  EXPECT_EQ(a.error.max_abs, b.error.max_abs);
+  EXPECT_EQ(a.error.mean_abs, b.error.mean_abs);
+}
+
+}  // namespace
+}  // namespace attnkit::harness

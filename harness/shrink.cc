@@ -1,0 +1,184 @@
+#include "harness/shrink.h"
+
+#include <algorithm>
+
+namespace attnkit::harness {
+namespace {
+
+// Smaller values of a length, biggest cut first: 0, 1, 2, halves, n - 1.
+std::vector<int64_t> SmallerThan(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t v : {int64_t{0}, int64_t{1}, int64_t{2}, n / 2, (n + 1) / 2,
+                    n - n / 4, n - 1}) {
+    if (v >= 0 && v < n && std::find(out.begin(), out.end(), v) == out.end()) {
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// Lowers q_lens so the case stays valid after a length or step change
+// (causal/window need q <= kv; a decode loop needs kv >= steps * q).
+void FitQueries(TestCase& c) {
+  AttentionProblem& p = c.problem;
+  const bool ordered =
+      p.mask == MaskKind::kCausal || p.mask == MaskKind::kWindow;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    if (c.decode_steps > 0) {
+      p.q_lens[b] = std::min(p.q_lens[b], p.kv_lens[b] / c.decode_steps);
+    } else if (ordered) {
+      p.q_lens[b] = std::min(p.q_lens[b], p.kv_lens[b]);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<TestCase> ShrinkCandidates(const TestCase& c) {
+  std::vector<TestCase> out;
+  const AttentionProblem& p = c.problem;
+  auto add = [&](TestCase t) {
+    FitQueries(t);
+    if (t.problem.mask != MaskKind::kWindow) t.problem.window = 0;
+    if (ValidateCase(t).ok() && t.Cost() < c.Cost()) out.push_back(t);
+  };
+  // Decode loops: a plain call first, then fewer steps.
+  if (c.decode_steps > 0) {
+    TestCase t = c;
+    t.decode_steps = 0;
+    add(t);
+    for (int64_t s : SmallerThan(c.decode_steps)) {
+      if (s == 0) continue;
+      t = c;
+      t.decode_steps = s;
+      add(t);
+    }
+  }
+  // Drop whole sequences.
+  for (int64_t b = 0; b < p.batch && p.batch > 1; ++b) {
+    TestCase t = c;
+    t.problem.batch -= 1;
+    t.problem.q_lens.erase(t.problem.q_lens.begin() + b);
+    t.problem.kv_lens.erase(t.problem.kv_lens.begin() + b);
+    add(t);
+  }
+  // Heads: one of each, no grouping, half the kv heads, half the group.
+  {
+    const int64_t g = p.group_size();
+    const std::pair<int64_t, int64_t> heads[] = {
+        {1, 1},
+        {g, 1},
+        {p.kv_heads, p.kv_heads},
+        {(p.kv_heads / 2) * g, p.kv_heads / 2},
+        {p.kv_heads * (g / 2), p.kv_heads},
+        {p.q_heads - p.kv_heads, p.kv_heads}};
+    for (auto [hq, hkv] : heads) {
+      if (hq < 1 || hkv < 1 || (hq == p.q_heads && hkv == p.kv_heads)) {
+        continue;
+      }
+      TestCase t = c;
+      t.problem.q_heads = hq;
+      t.problem.kv_heads = hkv;
+      add(t);
+    }
+  }
+  // Lengths, one sequence at a time.
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t kv : SmallerThan(p.kv_lens[b])) {
+      TestCase t = c;
+      t.problem.kv_lens[b] = kv;
+      add(t);
+    }
+    for (int64_t q : SmallerThan(p.q_lens[b])) {
+      TestCase t = c;
+      t.problem.q_lens[b] = q;
+      add(t);
+    }
+  }
+  for (int64_t d : SmallerThan(p.head_dim)) {
+    if (d == 0) continue;
+    TestCase t = c;
+    t.problem.head_dim = d;
+    add(t);
+  }
+  // The mask: plainer kinds, then narrower windows.
+  if (p.mask != MaskKind::kNone) {
+    TestCase t = c;
+    t.problem.mask = MaskKind::kNone;
+    add(t);
+  }
+  if (p.mask == MaskKind::kWindow) {
+    TestCase t = c;
+    t.problem.mask = MaskKind::kCausal;
+    add(t);
+    for (int64_t w : SmallerThan(p.window)) {
+      if (w == 0) continue;
+      t = c;
+      t.problem.window = w;
+      add(t);
+    }
+  }
+  if (c.kv_pad > 0) {
+    TestCase t = c;
+    t.kv_pad = 0;
+    add(t);
+  }
+  if (p.scale) {
+    TestCase t = c;
+    t.problem.scale.reset();
+    add(t);
+  }
+  if (p.dtype != DType::kF32) {
+    TestCase t = c;
+    t.problem.dtype = DType::kF32;
+    add(t);
+  }
+  if (p.layout != KvLayout::kBHSD) {
+    TestCase t = c;
+    t.problem.layout = KvLayout::kBHSD;
+    add(t);
+  }
+  if (c.profile != ValueProfile::kNormal) {
+    TestCase t = c;
+    t.profile = ValueProfile::kNormal;
+    add(t);
+  }
+  return out;
+}
+
+ShrinkResult Shrink(const TestCase& c, const CheckResult& failure,
+                    const FailureOf& fails, int max_attempts) {
+  ShrinkResult r{c, failure, 0, 0};
+  bool progress = true;
+  while (progress && r.attempts < max_attempts) {
+    progress = false;
+    for (const TestCase& t : ShrinkCandidates(r.smallest)) {
+      if (r.attempts >= max_attempts) break;
+      ++r.attempts;
+      std::optional<CheckResult> f = fails(t);
+      if (f && f->outcome == failure.outcome) {
+        r.smallest = t;
+        r.failure = std::move(*f);
+        ++r.accepted;
+        progress = true;
+        break;  // candidates of the smaller case next
+      }
+    }
+  }
+  return r;
+}
+
+ShrinkResult ShrinkOnBackend(const TestCase& c, const CheckResult& failure,
+                             Backend& backend, int max_attempts) {
+  Backend* one[] = {&backend};
+  return Shrink(
+      c, failure,
+      [&](const TestCase& t) -> std::optional<CheckResult> {
+        auto results = RunCase(t, one);
+        if (!results.ok() || !(*results)[0].failed()) return std::nullopt;
+        return (*results)[0];
+      },
+      max_attempts);
+}
+
+}  // namespace attnkit::harness

@@ -1,0 +1,43 @@
+// Shrinking: from a failing case, greedily try smaller cases (fewer decode
+// steps, sequences dropped, each length/head count/head_dim bisected, mask,
+// dtype, layout, scale and values simplified) and keep any that still fails
+// the same way, until nothing smaller fails. What a person then debugs is the
+// smallest problem that shows the bug.
+#ifndef ATTNKIT_HARNESS_SHRINK_H_
+#define ATTNKIT_HARNESS_SHRINK_H_
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "harness/runner.h"
+#include "harness/test_case.h"
+#include "runtime/backend.h"
+
+namespace attnkit::harness {
+
+// Every simplification of `c` one step away, in the order they are tried
+// (the biggest cuts first). All validate and cost less than `c`.
+std::vector<TestCase> ShrinkCandidates(const TestCase& c);
+
+struct ShrinkResult {
+  TestCase smallest;
+  CheckResult failure;  // the smallest case's failure
+  int attempts = 0;     // candidates run
+  int accepted = 0;     // candidates that still failed
+};
+
+// `fails(candidate)` runs a candidate and returns its failure, or nullopt
+// when it passes. A candidate is kept only when it fails with the same
+// outcome as `failure`. Stops after `max_attempts` runs.
+using FailureOf = std::function<std::optional<CheckResult>(const TestCase&)>;
+ShrinkResult Shrink(const TestCase& c, const CheckResult& failure,
+                    const FailureOf& fails, int max_attempts = 400);
+
+// Shrinks against one backend through RunCase.
+ShrinkResult ShrinkOnBackend(const TestCase& c, const CheckResult& failure,
+                             Backend& backend, int max_attempts = 400);
+
+}  // namespace attnkit::harness
+
+#endif  // ATTNKIT_HARNESS_SHRINK_H_

@@ -1,0 +1,503 @@
+#include "harness/test_case.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <vector>
+
+namespace attnkit::harness {
+namespace {
+
+std::optional<uint64_t> ParseU64(std::string_view s) {
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// Per-tier size caps. The oracle does every multiply-add in scalar f64 through
+// strided loads (~3-5 ns each here), and the naive reference materializes
+// S = [q_len, kv_len] per head, so both caps bound a case's cost directly:
+// 1.5M multiply-adds is ~6 ms of oracle, which with the reference and two or
+// three fast backends keeps the default tier well above 1,000 cases/min on
+// 2 cores. The long tier allows 32k-key contexts (decode-shaped, so S stays
+// a few rows) and 2k x 2k prefills.
+struct TierLimits {
+  int64_t max_batch;
+  int64_t max_kv;          // longest context a sequence may have
+  double max_macs;         // sum over sequences of hq * q * kv * d
+  int64_t max_s_elements;  // q_len * kv_len of the reference's S per head
+  int64_t max_steps;       // decode-loop steps
+  // q, k, v and bias elements drawn per case: filling costs ~25 ns per
+  // normal value (Box-Muller: a log and a cos), as much as the oracle's
+  // multiply-adds for a decode-shaped case over a long context.
+  double max_elements;
+  uint64_t spec_block;  // consecutive cases sharing a kernel specialization
+};
+
+TierLimits LimitsOf(Tier t) {
+  switch (t) {
+    case Tier::kSmoke:
+      return {4, 300, 1.5e5, 64 * 300, 4, 6e4, 16};
+    case Tier::kDefault:
+      return {8, 1100, 1.5e6, 600 * 600, 8, 3e5, 32};
+    case Tier::kLong:
+      return {8, 32768, 1.5e8, 2048 * 2048, 64, 3e7, 8};
+  }
+  return {1, 1, 1, 1, 1, 1, 1};
+}
+
+template <typename T, size_t N>
+T Pick(Rng& r, const std::array<T, N>& xs) {
+  return xs[r.Below(N)];
+}
+
+// Weighted choice: weights need not sum to anything in particular.
+template <size_t N>
+size_t Weighted(Rng& r, const std::array<int, N>& w) {
+  int total = 0;
+  for (int x : w) total += x;
+  int64_t pick = static_cast<int64_t>(r.Below(static_cast<uint64_t>(total)));
+  for (size_t i = 0; i < N; ++i) {
+    pick -= w[i];
+    if (pick < 0) return i;
+  }
+  return N - 1;
+}
+
+constexpr std::array<int64_t, 20> kPrimes{2,   3,   5,   7,   11,  13,  17,
+                                          31,  37,  61,  67,  97,  101, 127,
+                                          131, 193, 251, 257, 509, 521};
+
+// A context length with the edges kernels get wrong: 0, 1, a tile size +- 1
+// (tiles of 8..128 keys are what SIMD and MLIR kernels use), 511/512/513,
+// primes, and in the long tier thousands to 32k.
+int64_t ContextLength(Rng& r, Tier tier, const TierLimits& lim) {
+  int64_t n = 0;
+  switch (Weighted(r, std::array<int, 8>{4, 8, 22, 8, 14, 30, 6, 8})) {
+    case 0:
+      n = 0;
+      break;
+    case 1:
+      n = 1;
+      break;
+    case 2:
+      n = Pick(r, std::array<int64_t, 6>{8, 16, 32, 64, 128, 256}) +
+          r.Range(-1, 1);
+      break;
+    case 3:
+      n = r.Range(511, 513);
+      break;
+    case 4:
+      n = Pick(r, kPrimes);
+      break;
+    case 5:
+      n = r.Range(2, 100);
+      break;
+    case 6:
+      n = r.Range(100, 1100);
+      break;
+    case 7:
+      n = tier == Tier::kLong
+              ? Pick(r, std::array<int64_t, 6>{2047, 4096, 8191, 16384, 30011,
+                                               32768})
+              : r.Range(2, 40);
+      break;
+  }
+  return std::min(n, lim.max_kv);
+}
+
+// head_dim: the model sizes (64, 80, 96, 128, 256) most of the time, odd
+// sizes (no vector width divides them) and anything in 1..256 otherwise.
+int64_t HeadDim(Rng& r, Tier tier) {
+  switch (Weighted(r, std::array<int, 4>{45, 20, 20, 15})) {
+    case 0:
+      return Pick(r, std::array<int64_t, 8>{64, 64, 80, 96, 128, 128, 256,
+                                            tier == Tier::kSmoke ? 32 : 256});
+    case 1:
+      return 2 * r.Range(0, 127) + 1;  // odd, 1..255
+    case 2:
+      return Pick(r, std::array<int64_t, 8>{1, 2, 3, 7, 8, 9, 15, 17});
+    default:
+      return r.Range(1, 256);
+  }
+}
+
+double Macs(const AttentionProblem& p) {
+  double m = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    m += static_cast<double>(p.q_lens[b]) * static_cast<double>(p.kv_lens[b]);
+  }
+  return m * static_cast<double>(p.q_heads) * static_cast<double>(p.head_dim);
+}
+
+// Shrinks a generated problem until it fits the tier's caps, keeping its
+// character: queries shrink first (a decode-shaped case is cheap even at
+// 32k keys), then kv heads, sequences, and contexts. head_dim and the GQA
+// group are never changed: they are the block's kernel specialization.
+void FitToLimits(TestCase& c, const TierLimits& lim) {
+  AttentionProblem& p = c.problem;
+  const int64_t steps = std::max<int64_t>(c.decode_steps, 1);
+  // For a decode loop kv_lens hold the prompts here; the last step sees
+  // prompt + steps * q keys.
+  auto over = [&] {
+    AttentionProblem last = p;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      if (c.decode_steps > 0) last.kv_lens[b] += c.decode_steps * p.q_lens[b];
+    }
+    if (Macs(last) * static_cast<double>(steps) > lim.max_macs) return true;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      if (p.q_lens[b] * (p.kv_lens[b] + steps * p.q_lens[b]) >
+          lim.max_s_elements) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int guard = 0; guard < 200 && over(); ++guard) {
+    int64_t worst = 0;
+    for (int64_t b = 1; b < p.batch; ++b) {
+      if (p.q_lens[b] * p.kv_lens[b] > p.q_lens[worst] * p.kv_lens[worst]) {
+        worst = b;
+      }
+    }
+    if (p.q_lens[worst] > 1) {
+      p.q_lens[worst] = (p.q_lens[worst] + 1) / 2;
+    } else if (p.kv_heads > 1) {
+      const int64_t g = p.group_size();
+      p.kv_heads /= 2;
+      p.q_heads = p.kv_heads * g;
+    } else if (p.batch > 1 && worst == p.batch - 1) {
+      --p.batch;
+      p.q_lens.pop_back();
+      p.kv_lens.pop_back();
+    } else {
+      p.kv_lens[worst] /= 2;  // (the prompt, for a decode loop)
+      if (c.decode_steps == 0) {
+        p.q_lens[worst] = std::min(p.q_lens[worst], p.kv_lens[worst]);
+      }
+    }
+  }
+  // Input elements: tensors are allocated for the longest sequence, so
+  // heads, head_dim and batch go before any length (lengths are the edges).
+  auto elements = [&] {
+    int64_t mkv = c.kv_pad, mq = 0;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      mkv =
+          std::max(mkv, p.kv_lens[b] + c.decode_steps * p.q_lens[b] + c.kv_pad);
+      mq = std::max(mq, p.q_lens[b] * steps);
+    }
+    const double bd = static_cast<double>(p.batch);
+    double n = bd * static_cast<double>(2 * p.kv_heads * mkv * p.head_dim +
+                                        p.q_heads * mq * p.head_dim);
+    if (p.mask == MaskKind::kBias) {
+      n += bd * static_cast<double>(p.q_heads * mq * mkv);
+    }
+    return n;
+  };
+  for (int guard = 0; guard < 200 && elements() > lim.max_elements; ++guard) {
+    int64_t longest = 0;
+    for (int64_t b = 1; b < p.batch; ++b) {
+      if (p.kv_lens[b] > p.kv_lens[longest]) longest = b;
+    }
+    if (p.kv_heads > 1) {
+      const int64_t g = p.group_size();
+      p.kv_heads /= 2;
+      p.q_heads = p.kv_heads * g;
+    } else if (p.batch > 1) {
+      --p.batch;
+      p.q_lens.pop_back();
+      p.kv_lens.pop_back();
+    } else {
+      p.kv_lens[longest] /= 2;
+      p.q_lens[longest] = c.decode_steps == 0
+                              ? std::min(p.q_lens[longest], p.kv_lens[longest])
+                              : std::min<int64_t>(p.q_lens[longest], 1);
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view TierName(Tier t) {
+  switch (t) {
+    case Tier::kSmoke:
+      return "smoke";
+    case Tier::kDefault:
+      return "default";
+    case Tier::kLong:
+      return "long";
+  }
+  return "invalid";
+}
+
+StatusOr<Tier> ParseTier(std::string_view s) {
+  for (Tier t : {Tier::kSmoke, Tier::kDefault, Tier::kLong}) {
+    if (s == TierName(t)) return t;
+  }
+  return Status::InvalidArgument("tier=" + std::string(s) +
+                                 " is not smoke|default|long");
+}
+
+StatusOr<ValueProfile> ParseValueProfile(std::string_view s) {
+  for (int i = 0; i < kNumValueProfiles; ++i) {
+    const auto v = static_cast<ValueProfile>(i);
+    if (s == ValueProfileName(v)) return v;
+  }
+  std::string known;
+  for (int i = 0; i < kNumValueProfiles; ++i) {
+    if (i) known += "|";
+    known += ValueProfileName(static_cast<ValueProfile>(i));
+  }
+  return Status::InvalidArgument("values=" + std::string(s) + " is not " +
+                                 known);
+}
+
+std::string TestCase::ToString() const {
+  return "seed=" + std::to_string(seed) + ",index=" + std::to_string(index) +
+         ",values=" + std::string(ValueProfileName(profile)) +
+         ",pad=" + std::to_string(kv_pad) +
+         ",steps=" + std::to_string(decode_steps) + "," + problem.ToString();
+}
+
+double TestCase::Cost() const {
+  const AttentionProblem& p = problem;
+  double cost = 0;
+  for (int64_t s = 0; s <= decode_steps; ++s) {
+    const AttentionProblem ps =
+        decode_steps > 0 ? DecodeStepProblem(*this, s) : problem;
+    cost += Macs(ps);
+  }
+  // Tie-breakers: fewer sequences, heads, dims, tokens and steps read easier
+  // even when they cost nothing (a zero-length sequence).
+  double tokens = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    tokens += static_cast<double>(p.q_lens[b] + p.kv_lens[b]);
+  }
+  return cost + tokens +
+         static_cast<double>(p.batch + p.q_heads + p.kv_heads + p.head_dim +
+                             kv_pad) +
+         static_cast<double>(decode_steps) +
+         (profile == ValueProfile::kNormal ? 0 : 0.5) +
+         (p.mask == MaskKind::kNone ? 0 : 0.25) +
+         (p.dtype == DType::kF32 ? 0 : 0.125) +
+         (p.layout == KvLayout::kBHSD ? 0 : 0.125) + (p.scale ? 0.0625 : 0);
+}
+
+StatusOr<TestCase> ParseTestCase(std::string_view text) {
+  TestCase c;
+  auto bad = [&](std::string m) {
+    return Status::InvalidArgument("case '" + std::string(text) + "': " + m);
+  };
+  // The harness fields lead; whatever follows is the problem.
+  std::string problem_text;
+  bool seen_seed = false, seen_index = false;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    const std::string_view key =
+        eq == std::string_view::npos ? item : item.substr(0, eq);
+    const std::string_view val =
+        eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1);
+    const std::string vs(val);
+    if (key == "seed" || key == "index" || key == "pad" || key == "steps") {
+      auto n = ParseU64(val);
+      if (!n) return bad(std::string(key) + "=" + vs + " is not an integer");
+      if (key == "seed") {
+        c.seed = *n;
+        seen_seed = true;
+      } else if (key == "index") {
+        c.index = *n;
+        seen_index = true;
+      } else if (*n > (1u << 20)) {
+        return bad(std::string(key) + "=" + vs + " exceeds 1048576");
+      } else if (key == "pad") {
+        c.kv_pad = static_cast<int64_t>(*n);
+      } else {
+        c.decode_steps = static_cast<int64_t>(*n);
+      }
+    } else if (key == "values") {
+      auto v = ParseValueProfile(val);
+      if (!v.ok()) return bad(v.status().message());
+      c.profile = *v;
+    } else {
+      problem_text = std::string(text.substr(start));
+      break;
+    }
+    start = end + 1;
+  }
+  if (!seen_seed) return bad("missing seed=N");
+  if (!seen_index) return bad("missing index=N");
+  if (problem_text.empty()) return bad("missing the problem (b=...,q=...)");
+  auto p = ParseProblem(problem_text);
+  if (!p.ok()) return bad(p.status().message());
+  c.problem = std::move(*p);
+  if (Status s = ValidateCase(c); !s.ok()) return bad(s.message());
+  return c;
+}
+
+Status ValidateCase(const TestCase& c) {
+  ATTNKIT_RETURN_IF_ERROR(c.problem.Validate());
+  const AttentionProblem& p = c.problem;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    if (p.kv_lens[b] < c.decode_steps * p.q_lens[b]) {
+      return Status::InvalidArgument(
+          "steps=" + std::to_string(c.decode_steps) + " of q_lens[" +
+          std::to_string(b) + "]=" + std::to_string(p.q_lens[b]) +
+          " token(s) do not fit in kv_lens[" + std::to_string(b) +
+          "]=" + std::to_string(p.kv_lens[b]));
+    }
+  }
+  return Status::Ok();
+}
+
+AttentionProblem DecodeStepProblem(const TestCase& c, int64_t step) {
+  AttentionProblem p = c.problem;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t n = c.problem.q_lens[b];
+    const int64_t prompt = c.problem.kv_lens[b] - c.decode_steps * n;
+    p.q_lens[b] = step == 0 ? std::min(n, prompt) : n;
+    p.kv_lens[b] = prompt + step * n;
+  }
+  return p;
+}
+
+int64_t DecodeCapacity(const TestCase& c) {
+  return c.problem.max_kv_len() + c.kv_pad;
+}
+
+TestCase GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
+  const TierLimits lim = LimitsOf(tier);
+  // What a JIT backend specializes on -- head_dim, dtype, mask kind, V
+  // layout, GQA group -- is drawn once per block of consecutive cases, so a
+  // campaign compiles once per block (~0.75 s of LLVM here) instead of once
+  // per case; lengths, batch, head counts, values, scale and decode mode
+  // still vary case by case.
+  Rng spec(seed ^ 0x73706563ull, index / lim.spec_block);  // "spec"
+  Rng r(seed, index);
+  TestCase c;
+  c.seed = seed;
+  c.index = index;
+  AttentionProblem& p = c.problem;
+
+  // Decode loops are ~1 in 8 cases: each costs several attention calls.
+  if (r.Bernoulli(0.125)) c.decode_steps = r.Range(2, lim.max_steps);
+
+  p.batch = r.Bernoulli(0.4) ? 1 : r.Range(2, lim.max_batch);
+  switch (Weighted(spec, std::array<int, 3>{70, 15, 15})) {
+    case 0: {  // GQA ratio 1/2/4/8
+      const int64_t g = Pick(spec, std::array<int64_t, 4>{1, 2, 4, 8});
+      p.kv_heads = r.Range(1, tier == Tier::kSmoke ? 2 : 4);
+      p.q_heads = p.kv_heads * g;
+      break;
+    }
+    case 1:  // MQA: one kv head for any number of query heads
+      p.kv_heads = 1;
+      p.q_heads = spec.Range(2, 12);
+      break;
+    default: {  // ratios that are not a power of two (3, 5, 6)
+      const int64_t g = Pick(spec, std::array<int64_t, 3>{3, 5, 6});
+      p.kv_heads = r.Range(1, 2);
+      p.q_heads = p.kv_heads * g;
+      break;
+    }
+  }
+  p.head_dim = HeadDim(spec, tier);
+
+  switch (Weighted(spec, std::array<int, 4>{25, 30, 20, 25})) {
+    case 0:
+      p.mask = MaskKind::kNone;
+      break;
+    case 1:
+      p.mask = MaskKind::kCausal;
+      break;
+    case 2:
+      p.mask = MaskKind::kWindow;
+      break;
+    default:
+      p.mask = MaskKind::kBias;
+      break;
+  }
+  p.dtype = spec.Bernoulli(0.5) ? DType::kF32 : DType::kBF16;
+  p.layout = static_cast<KvLayout>(spec.Below(3));
+  if (r.Bernoulli(0.2)) {
+    // Explicit scales, including negative ones (legal; they flip which key
+    // is the maximum, so a kernel that assumes scale > 0 is caught).
+    const float mag = r.Uniform(0.02f, 1.5f);
+    p.scale = r.Bernoulli(0.15) ? -mag : mag;
+  }
+
+  // Ragged lengths. The query block is decode (1), a full prefill, a chunk,
+  // or empty; with no structural mask it may also exceed the context.
+  const bool ordered =
+      p.mask == MaskKind::kCausal || p.mask == MaskKind::kWindow;
+  p.q_lens.clear();
+  p.kv_lens.clear();
+  const bool all_decode = c.decode_steps == 0 && r.Bernoulli(0.25);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t kv = ContextLength(r, tier, lim);
+    int64_t q = 0;
+    if (c.decode_steps > 0) {
+      q = r.Bernoulli(0.8) ? 1 : r.Range(0, 4);  // tokens per step
+    } else if (all_decode) {
+      q = 1;
+    } else {
+      switch (Weighted(r, std::array<int, 5>{30, 25, 30, 5, 10})) {
+        case 0:
+          q = 1;
+          break;
+        case 1:
+          q = kv;
+          break;
+        case 2:
+          q = r.Range(0, kv);
+          break;
+        case 3:
+          q = 0;
+          break;
+        default:
+          q = ordered ? r.Range(0, kv) : r.Range(1, 70);
+          break;
+      }
+    }
+    if (ordered && c.decode_steps == 0) q = std::min(q, kv);
+    p.q_lens.push_back(q);
+    p.kv_lens.push_back(kv);
+  }
+  if (p.mask == MaskKind::kWindow) {
+    switch (Weighted(r, std::array<int, 4>{15, 35, 35, 15})) {
+      case 0:
+        p.window = 1;  // only itself
+        break;
+      case 1:
+        p.window = Pick(r, std::array<int64_t, 5>{8, 16, 32, 64, 128}) +
+                   r.Range(-1, 1);
+        break;
+      case 2:
+        p.window = r.Range(2, std::max<int64_t>(2, p.max_kv_len()));
+        break;
+      default:
+        p.window = p.max_kv_len() + r.Range(1, 50);  // wider than any context
+        break;
+    }
+  }
+
+  const int vp = static_cast<int>(
+      Weighted(r, std::array<int, kNumValueProfiles>{48, 13, 13, 13, 13}));
+  c.profile = static_cast<ValueProfile>(vp);
+  if (r.Bernoulli(0.25)) c.kv_pad = r.Range(1, 17);
+
+  FitToLimits(c, lim);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    p.kv_lens[b] += c.decode_steps * p.q_lens[b];  // prompt -> final context
+  }
+  return c;
+}
+
+}  // namespace attnkit::harness

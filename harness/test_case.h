@@ -1,0 +1,70 @@
+// One differential-test case: a problem, the value profile its inputs are
+// drawn from, and the seed/index those draws come from. A case is a pure
+// function of (tier, seed, index), and its one-line string form is enough to
+// replay it bit for bit (after shrinking too: the shrunk problem is carried in
+// the string, the values are re-drawn from the same seed and index).
+#ifndef ATTNKIT_HARNESS_TEST_CASE_H_
+#define ATTNKIT_HARNESS_TEST_CASE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "runtime/problem.h"
+#include "runtime/random.h"
+#include "runtime/status.h"
+
+namespace attnkit::harness {
+
+// smoke   : ctest; small shapes (seconds for hundreds of cases).
+// default : the CI gate; every edge, sizes capped so a 2-core machine runs
+//           >= 1,000 cases/min (the oracle is O(q*kv*d) scalar f64).
+// long    : adds long contexts (up to 32k keys) and 2k prefills.
+enum class Tier : uint8_t { kSmoke = 0, kDefault, kLong };
+std::string_view TierName(Tier t);
+StatusOr<Tier> ParseTier(std::string_view s);
+
+struct TestCase {
+  uint64_t seed = 0;
+  uint64_t index = 0;
+  AttentionProblem problem;
+  ValueProfile profile = ValueProfile::kNormal;
+  // Extra K/V capacity past the longest sequence: the views then have
+  // extents (and, for BSHD/transposed V, strides) larger than the lengths,
+  // as a KV-cache prefix does.
+  int64_t kv_pad = 0;
+  // 0: one attention call. N > 0: a decode loop of N steps on a growing,
+  // preallocated cache. Then problem.q_lens are the tokens appended and
+  // queried in each of steps 1..N and problem.kv_lens the final contexts;
+  // step 0 appends the prompt, kv_lens - N * q_lens tokens, and queries its
+  // last min(q_lens, prompt) of them. The problem is the last step's, so it
+  // validates as an ordinary problem.
+  int64_t decode_steps = 0;
+
+  // seed=7,index=42,values=huge_logits,pad=3,steps=0,b=2,hq=8,...
+  std::string ToString() const;
+  // Size used by the shrinker to rank candidates: multiply-adds of the
+  // oracle over all steps, plus small terms so simpler shapes win ties.
+  double Cost() const;
+};
+
+// Problem.Validate() plus the decode-loop constraint kv_lens >= steps*q_lens.
+Status ValidateCase(const TestCase& c);
+
+// Parses ToString()'s form; every field is named in the error.
+StatusOr<TestCase> ParseTestCase(std::string_view text);
+
+StatusOr<ValueProfile> ParseValueProfile(std::string_view s);
+
+// The case at `index` of the campaign `seed` in `tier`. Deterministic: uses
+// only Rng(seed, index).
+TestCase GenerateCase(Tier tier, uint64_t seed, uint64_t index);
+
+// The problem of decode step `step` (0 = prompt) of a decode-loop case, and
+// the cache capacity the loop needs.
+AttentionProblem DecodeStepProblem(const TestCase& c, int64_t step);
+int64_t DecodeCapacity(const TestCase& c);
+
+}  // namespace attnkit::harness
+
+#endif  // ATTNKIT_HARNESS_TEST_CASE_H_

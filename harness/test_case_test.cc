@@ -1,0 +1,175 @@
+#include "harness/test_case.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace attnkit::harness {
+namespace {
+
+TEST(GenerateCaseTest, IsAFunctionOfSeedAndIndex) {
+  for (Tier t : {Tier::kSmoke, Tier::kDefault, Tier::kLong}) {
+    for (uint64_t i = 0; i < 200; ++i) {
+      EXPECT_EQ(GenerateCase(t, 7, i).ToString(),
+                GenerateCase(t, 7, i).ToString());
+    }
+  }
+  // Different seeds and indices give different campaigns.
+  int same_seed = 0, same_index = 0;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const std::string a = GenerateCase(Tier::kDefault, 7, i).problem.ToString();
+    same_seed += a == GenerateCase(Tier::kDefault, 8, i).problem.ToString();
+    same_index +=
+        a == GenerateCase(Tier::kDefault, 7, i + 1).problem.ToString();
+  }
+  EXPECT_LT(same_seed, 5);
+  EXPECT_LT(same_index, 5);
+}
+
+TEST(GenerateCaseTest, DefaultTierCoversEveryEdge) {
+  std::set<MaskKind> masks;
+  std::set<DType> dtypes;
+  std::set<KvLayout> layouts;
+  std::set<ValueProfile> profiles;
+  std::set<int64_t> ratios, dims, kvs;
+  bool mqa = false, decode_loop = false, q_over_kv = false, zero_q = false,
+       neg_scale = false, padded = false, odd_dim = false, ragged = false,
+       big_batch = false, wide_window = false;
+  for (uint64_t i = 0; i < 3000; ++i) {
+    const TestCase c = GenerateCase(Tier::kDefault, 1, i);
+    const AttentionProblem& p = c.problem;
+    ASSERT_TRUE(ValidateCase(c).ok()) << c.ToString();
+    masks.insert(p.mask);
+    dtypes.insert(p.dtype);
+    layouts.insert(p.layout);
+    profiles.insert(c.profile);
+    ratios.insert(p.group_size());
+    dims.insert(p.head_dim);
+    mqa |= p.kv_heads == 1 && p.q_heads > 1;
+    decode_loop |= c.decode_steps > 0;
+    neg_scale |= p.scale && *p.scale < 0;
+    padded |= c.kv_pad > 0;
+    odd_dim |= p.head_dim % 2 == 1 && p.head_dim > 64;
+    big_batch |= p.batch == 8;
+    wide_window |= p.mask == MaskKind::kWindow && p.window > p.max_kv_len();
+    for (int64_t b = 0; b < p.batch; ++b) {
+      kvs.insert(p.kv_lens[b]);
+      q_over_kv |= p.q_lens[b] > p.kv_lens[b];
+      zero_q |= p.q_lens[b] == 0;
+      ragged |= p.kv_lens[b] != p.kv_lens[0];
+    }
+  }
+  EXPECT_EQ(masks.size(), 4u);
+  EXPECT_EQ(dtypes.size(), 2u);
+  EXPECT_EQ(layouts.size(), 3u);
+  EXPECT_EQ(profiles.size(), static_cast<size_t>(kNumValueProfiles));
+  for (int64_t r : {1, 2, 4, 8}) EXPECT_TRUE(ratios.count(r)) << r;
+  for (int64_t d : {1, 64, 80, 96, 128, 256}) EXPECT_TRUE(dims.count(d)) << d;
+  for (int64_t n : {0, 1, 15, 17, 127, 129, 511, 512, 513, 509}) {
+    EXPECT_TRUE(kvs.count(n)) << "kv_len " << n;
+  }
+  EXPECT_TRUE(mqa && decode_loop && q_over_kv && zero_q && neg_scale &&
+              padded && odd_dim && ragged && big_batch && wide_window);
+}
+
+// A JIT backend compiles per (head_dim, dtype, mask, layout, group): blocks
+// of consecutive cases share those, and the blocks differ.
+TEST(GenerateCaseTest, BlocksOfCasesShareAKernelSpecialization) {
+  auto spec = [](const TestCase& c) {
+    const AttentionProblem& p = c.problem;
+    return std::to_string(p.head_dim) + "/" + std::string(DTypeName(p.dtype)) +
+           "/" + std::string(MaskKindName(p.mask)) + "/" +
+           std::string(KvLayoutName(p.layout)) + "/" +
+           std::to_string(p.group_size());
+  };
+  std::set<std::string> blocks;
+  int same = 0, total = 0;
+  for (uint64_t block = 0; block < 20; ++block) {
+    const std::string first = spec(GenerateCase(Tier::kDefault, 3, block * 32));
+    blocks.insert(first);
+    for (uint64_t i = 1; i < 32; ++i) {
+      same += spec(GenerateCase(Tier::kDefault, 3, block * 32 + i)) == first;
+      ++total;
+    }
+  }
+  // Only the size caps may change a case's head_dim or group.
+  EXPECT_GT(same, total * 9 / 10);
+  EXPECT_GE(blocks.size(), 18u);
+}
+
+TEST(GenerateCaseTest, TiersCapTheirSizes) {
+  int64_t longest_smoke = 0, longest_long = 0;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    const TestCase s = GenerateCase(Tier::kSmoke, 3, i);
+    longest_smoke = std::max(longest_smoke, s.problem.max_kv_len());
+    EXPECT_LE(s.Cost(), 2e5 * 5) << s.ToString();
+    const TestCase l = GenerateCase(Tier::kLong, 3, i);
+    longest_long = std::max(longest_long, l.problem.max_kv_len());
+    ASSERT_TRUE(ValidateCase(l).ok()) << l.ToString();
+  }
+  EXPECT_LE(longest_smoke, 300 + 4 * 4);
+  EXPECT_GE(longest_long, 16384);
+}
+
+TEST(TestCaseStringTest, RoundTripsExactly) {
+  for (Tier t : {Tier::kSmoke, Tier::kDefault, Tier::kLong}) {
+    for (uint64_t i = 0; i < 500; ++i) {
+      const TestCase c = GenerateCase(t, 99, i);
+      auto parsed = ParseTestCase(c.ToString());
+      ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+      EXPECT_EQ(parsed->ToString(), c.ToString());
+      EXPECT_EQ(parsed->problem.scale.has_value(), c.problem.scale.has_value());
+      if (c.problem.scale) {
+        EXPECT_EQ(*parsed->problem.scale, *c.problem.scale);
+      }
+    }
+  }
+}
+
+TEST(TestCaseStringTest, BadStringsNameTheField) {
+  struct Bad {
+    const char* text;
+    const char* expect;
+  };
+  const Bad cases[] = {
+      {"seed=x,index=1,b=1,q=1,kv=1", "seed=x is not an integer"},
+      {"seed=1,b=1,q=1,kv=1", "missing index=N"},
+      {"index=1,b=1,q=1,kv=1", "missing seed=N"},
+      {"seed=1,index=1,values=loud,b=1,q=1,kv=1", "values=loud is not normal|"},
+      {"seed=1,index=1", "missing the problem"},
+      {"seed=1,index=1,b=1,q=1,kv=1,d=0", "head_dim=0 must be >= 1"},
+      {"seed=1,index=1,steps=3,b=1,q=2,kv=5",
+       "steps=3 of q_lens[0]=2 token(s) do not fit in kv_lens[0]=5"},
+      {"seed=1,index=1,pad=9999999,b=1,q=1,kv=1", "pad=9999999 exceeds"},
+  };
+  for (const Bad& b : cases) {
+    auto c = ParseTestCase(b.text);
+    ASSERT_FALSE(c.ok()) << b.text;
+    EXPECT_NE(c.status().message().find(b.expect), std::string::npos)
+        << c.status().message();
+  }
+}
+
+TEST(DecodeStepTest, StepsGrowTheContextFromThePrompt) {
+  auto c = ParseTestCase(
+      "seed=1,index=0,steps=3,b=2,hq=2,hkv=1,d=4,q=1:2,kv=5:6,mask=causal");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // Prompts are 5 - 3*1 = 2 and 6 - 3*2 = 0.
+  AttentionProblem s0 = DecodeStepProblem(*c, 0);
+  EXPECT_EQ(s0.kv_lens, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(s0.q_lens, (std::vector<int64_t>{1, 0}));
+  AttentionProblem s3 = DecodeStepProblem(*c, 3);
+  EXPECT_EQ(s3.kv_lens, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(s3.q_lens, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(DecodeCapacity(*c), 6);
+}
+
+TEST(TierTest, ParsesNamesAndRejectsOthers) {
+  EXPECT_EQ(*ParseTier("long"), Tier::kLong);
+  auto bad = ParseTier("huge");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "tier=huge is not smoke|default|long");
+}
+
+}  // namespace
+}  // namespace attnkit::harness

@@ -1,0 +1,151 @@
+#include "harness/tolerance.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attnkit::harness {
+
+ErrorStats MeasureError(const AttentionProblem& p,
+                        const std::vector<double>& truth, const TensorView& out,
+                        double mismatch_threshold) {
+  ErrorStats s;
+  const int64_t mq = p.max_q_len(), d = p.head_dim;
+  double sum = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      for (int64_t i = 0; i < p.q_lens[b]; ++i) {
+        const double* want = truth.data() + ((b * p.q_heads + h) * mq + i) * d;
+        for (int64_t e = 0; e < d; ++e) {
+          const double w = want[e];
+          const double g = out.Load(b, h, i, e);
+          if (!std::isfinite(w)) continue;  // nothing to hold a backend to
+          ++s.count;
+          if (!std::isfinite(g)) {
+            if (s.nonfinite++ == 0) s.first_nonfinite_index = {b, h, i, e};
+            ++s.mismatched;
+            continue;
+          }
+          const double err = std::fabs(g - w);
+          sum += err;
+          if (err > mismatch_threshold) ++s.mismatched;
+          if (err > s.max_abs) {
+            s.max_abs = err;
+            s.max_abs_index = {b, h, i, e};
+            s.max_abs_got = g;
+            s.max_abs_want = w;
+          }
+          if (w != 0 && err / std::fabs(w) > s.max_rel) {
+            s.max_rel = err / std::fabs(w);
+            s.max_rel_index = {b, h, i, e};
+          }
+        }
+      }
+    }
+  }
+  const int64_t finite = s.count - s.nonfinite;
+  s.mean_abs = finite > 0 ? sum / static_cast<double>(finite) : 0;
+  return s;
+}
+
+double ValueScale(const AttentionProblem& p, const TensorView& v) {
+  double m = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.kv_heads; ++h)
+      for (int64_t j = 0; j < p.kv_lens[b]; ++j)
+        for (int64_t e = 0; e < p.head_dim; ++e) {
+          const double x = std::fabs(static_cast<double>(v.Load(b, h, j, e)));
+          if (std::isfinite(x)) m = std::max(m, x);
+        }
+  return m;
+}
+
+double FloorMax(DType) { return 32 * kEpsF32; }
+double FloorMean(DType) { return 8 * kEpsF32; }
+
+LogitSensitivity MeasureLogitSensitivity(const AttentionProblem& p,
+                                         const AttentionArgs& args,
+                                         const std::vector<double>& truth) {
+  LogitSensitivity out;
+  const int64_t mq = p.max_q_len(), d = p.head_dim;
+  const double scale = static_cast<double>(p.EffectiveScale());
+  const double ninf = -std::numeric_limits<double>::infinity();
+  std::vector<double> q(d), weight, mag;
+  double sum_all = 0;
+  int64_t count = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t kl = p.kv_lens[b];
+    weight.resize(kl);
+    mag.resize(kl);
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      const int64_t kh = p.KvHeadOf(h);
+      for (int64_t i = 0; i < p.q_lens[b]; ++i) {
+        const KeyRange r = VisibleKeys(p, b, i);
+        for (int64_t e = 0; e < d; ++e) q[e] = args.q.Load(b, h, i, e);
+        double m = ninf;
+        for (int64_t j = r.begin; j < r.end; ++j) {
+          double dot = 0, abs_dot = 0;
+          for (int64_t e = 0; e < d; ++e) {
+            const double t =
+                q[e] * static_cast<double>(args.k.Load(b, kh, j, e));
+            dot += t;
+            abs_dot += std::fabs(t);
+          }
+          double s = scale * dot;
+          double a = std::fabs(scale) * abs_dot;
+          if (p.mask == MaskKind::kBias) {
+            const double bias =
+                args.bias.Load(b, args.bias.shape[1] == 1 ? 0 : h, i, j);
+            s += bias;
+            a += std::isfinite(bias) ? std::fabs(bias) : 0;
+          }
+          weight[j] = s;
+          mag[j] = a;
+          m = std::max(m, s);
+        }
+        count += d;
+        if (m == ninf) continue;  // no visible key: exact zeros
+        double z = 0;
+        for (int64_t j = r.begin; j < r.end; ++j) {
+          weight[j] = std::exp(weight[j] - m);
+          z += weight[j];
+        }
+        const double* o = truth.data() + ((b * p.q_heads + h) * mq + i) * d;
+        for (int64_t e = 0; e < d; ++e) {
+          double sens = 0;
+          for (int64_t j = r.begin; j < r.end; ++j) {
+            const double w = weight[j] / z;
+            if (w < 1e-30) continue;  // moves nothing an f32 can hold
+            sens +=
+                w * mag[j] *
+                std::fabs(static_cast<double>(args.v.Load(b, kh, j, e)) - o[e]);
+          }
+          out.max = std::max(out.max, sens);
+          sum_all += sens;
+        }
+      }
+    }
+  }
+  out.mean = count > 0 ? sum_all / static_cast<double>(count) : 0;
+  return out;
+}
+
+Bounds ToleranceFor(const AttentionProblem& p, const ErrorStats& naive,
+                    double value_scale, const LogitSensitivity& sensitivity) {
+  return {
+      kMaxErrorFactor * naive.max_abs + FloorMax(p.dtype) * value_scale +
+          kLogitErrorUlps * kEpsF32 * sensitivity.max + kFlushToZeroAllowance,
+      kMeanErrorFactor * naive.mean_abs + FloorMean(p.dtype) * value_scale +
+          kLogitErrorUlps * kEpsF32 * sensitivity.mean + kFlushToZeroAllowance};
+}
+
+double ErrorRatio(const ErrorStats& e, const Bounds& b) {
+  if (e.nonfinite > 0) return std::numeric_limits<double>::infinity();
+  return std::max(e.max_abs / b.max_abs, e.mean_abs / b.mean_abs);
+}
+
+bool WithinTolerance(const ErrorStats& e, const Bounds& b) {
+  return e.nonfinite == 0 && e.max_abs <= b.max_abs && e.mean_abs <= b.mean_abs;
+}
+
+}  // namespace attnkit::harness
