@@ -5,10 +5,13 @@
 //   runs                  list the stored runs
 //   compare BASE NEW      gate NEW against BASE; exit 1 on a regression
 //   dashboard [-o FILE]   write the HTML page (default: bench_dashboard.html)
+//   summary RUN           calibration and %peak per backend and suite
 // Common flags: --db PATH (default $ATTNKIT_HISTORY_DB or
 // ~/.attnkit/history.sqlite). BASE and NEW are run ids, latest, latest~N, sha
 // prefixes, or paths of JSON files (read without storing).
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -19,6 +22,7 @@
 #include "bench/dashboard.h"
 #include "bench/history.h"
 #include "bench/run_data.h"
+#include "bench/stats.h"
 
 namespace attnkit::bench {
 namespace {
@@ -32,7 +36,8 @@ constexpr const char* kUsage =
     "                            BASE/NEW: run id, latest, latest~N, sha\n"
     "                            prefix, or a .json file\n"
     "  dashboard [-o FILE] [--host HOST]\n"
-    "                            write the static HTML dashboard\n";
+    "                            write the static HTML dashboard\n"
+    "  summary RUN               calibration and %peak per backend and suite\n";
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "attnkit bench: %s\n", s.ToString().c_str());
@@ -59,6 +64,39 @@ StatusOr<double> ParseFraction(const std::string& flag,
                                    " (expected a number in (0, 1))");
   }
   return v;
+}
+
+// Per backend and suite: how many benchmarks report pct_peak, and the
+// median, min and max of their median %peak.
+void PrintSummary(const RunData& run) {
+  auto field = [&](const char* key) { return ContextValue(run.info, key); };
+  std::printf(
+      "calibration (%s, %s threads): FMA peak %s GFLOPS on 1 thread, %s "
+      "GFLOPS on all; read bandwidth %s GB/s\n",
+      field("fma_isa").c_str(), field("omp_threads").c_str(),
+      field("calib_fma_gflops_1t").c_str(),
+      field("calib_fma_gflops_all").c_str(),
+      field("calib_read_gbps_all").c_str());
+  std::map<std::pair<std::string, std::string>, std::vector<double>> groups;
+  for (const auto& [name, s] : run.benchmarks) {
+    auto m = s.metrics.find("pct_peak");
+    if (m == s.metrics.end() || m->second.empty()) continue;
+    const size_t a = name.find('/'), b = name.find('/', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    groups[{name.substr(a + 1, b - a - 1), name.substr(0, a)}].push_back(
+        Median(m->second));
+  }
+  std::printf("%-12s %-10s %6s %14s %18s\n", "backend", "suite", "count",
+              "median %peak", "min..max %peak");
+  for (auto& [key, v] : groups) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    char range[64];
+    std::snprintf(range, sizeof(range), "%.2f..%.2f", *lo, *hi);
+    std::printf("%-12s %-10s %6zu %14.2f %18s\n", key.first.c_str(),
+                key.second.c_str(), v.size(), Median(v), range);
+  }
+  std::printf("(prefill: %% of the all-threads FMA peak; decode: %% of the "
+              "read bandwidth)\n");
 }
 
 int Main(int argc, char** argv) {
@@ -142,6 +180,15 @@ int Main(int argc, char** argv) {
     std::fputs(FormatCompareTable(report, base->info, next->info).c_str(),
                stdout);
     return report.failed() ? 1 : 0;
+  }
+  if (cmd == "summary") {
+    if (pos.size() != 1) {
+      return Fail(Status::InvalidArgument("summary: expected one RUN"));
+    }
+    auto run = LoadSpec(db, pos[0]);
+    if (!run.ok()) return Fail(run.status());
+    PrintSummary(*run);
+    return 0;
   }
   if (cmd == "dashboard") {
     auto store = HistoryStore::Open(db);

@@ -128,6 +128,14 @@ StatusOr<RunData> ReadGoogleBenchmarkJsonFile(const std::string& path) {
   return ParseGoogleBenchmarkJson(ss.str(), path);
 }
 
+std::string ContextValue(const RunInfo& info, std::string_view key,
+                         std::string_view fallback) {
+  const json ctx = json::parse(info.context_json, nullptr, false);
+  if (!ctx.is_object()) return std::string(fallback);
+  return ContextString(ctx, std::string(key).c_str(),
+                       std::string(fallback).c_str());
+}
+
 std::string ToGoogleBenchmarkJson(const RunData& run) {
   json ctx = json::object();
   if (!run.info.context_json.empty()) {

@@ -51,6 +51,11 @@ StatusOr<RunData> ParseGoogleBenchmarkJson(std::string_view text,
                                            std::string source);
 StatusOr<RunData> ReadGoogleBenchmarkJsonFile(const std::string& path);
 
+// A string field of the run's benchmark context ("calib_fma_gflops_1t",
+// "compiler", ...), or `fallback` when absent.
+std::string ContextValue(const RunInfo& info, std::string_view key,
+                         std::string_view fallback = "?");
+
 // Google Benchmark JSON for `run` (used by tests and `bench export`): one
 // iteration entry per repetition; ParseGoogleBenchmarkJson reads it back.
 std::string ToGoogleBenchmarkJson(const RunData& run);

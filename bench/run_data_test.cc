@@ -44,6 +44,9 @@ TEST(RunDataTest, ParsesRepetitionsCountersContextAndErrors) {
   EXPECT_EQ(run->info.host, "vm");
   EXPECT_EQ(run->info.date, "2026-11-21T05:05:34+00:00");
   EXPECT_EQ(run->info.source, "a.json");
+  EXPECT_EQ(ContextValue(run->info, "host_name"), "vm");
+  EXPECT_EQ(ContextValue(run->info, "num_cpus"), "?");  // not a string
+  EXPECT_EQ(ContextValue(run->info, "absent", "-"), "-");
   ASSERT_EQ(run->benchmarks.size(), 2u);
   const BenchmarkSamples& d =
       run->benchmarks.at("decode/reference/kv_len:512/real_time");
