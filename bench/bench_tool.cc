@@ -11,9 +11,9 @@
 // prefixes, or paths of JSON files (read without storing).
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,8 +95,9 @@ void PrintSummary(const RunData& run) {
     std::printf("%-12s %-10s %6zu %14.2f %18s\n", key.first.c_str(),
                 key.second.c_str(), v.size(), Median(v), range);
   }
-  std::printf("(prefill: %% of the all-threads FMA peak; decode: %% of the "
-              "read bandwidth)\n");
+  std::printf(
+      "(prefill: %% of the all-threads FMA peak; decode: %% of the "
+      "read bandwidth)\n");
 }
 
 int Main(int argc, char** argv) {

@@ -32,15 +32,15 @@ struct Calibration {
   size_t read_buffer_bytes = 0;
 };
 
-// Measures for about `seconds` per figure (median of several trials).
+// Measures for about `seconds` per figure (best of >= 5 trials).
 Calibration Calibrate(double seconds);
 
 // The process-wide calibration the kernel benchmarks divide by; measured on
 // first use.
 const Calibration& MachineCalibration();
 
-// Bytes of the read-bandwidth buffer: 8x the last-level cache (or 256 MiB
-// when larger), so the sum streams from DRAM, not from L3.
+// Bytes of the read-bandwidth buffer: 8x the last-level cache, clamped to
+// [256 MiB, 1 GiB], so the sum streams from DRAM, not from L3.
 size_t ReadBufferBytes();
 
 std::string CalibrationSummary(const Calibration& c);
