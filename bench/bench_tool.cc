@@ -96,7 +96,8 @@ void PrintSummary(const RunData& run) {
                 key.second.c_str(), v.size(), Median(v), range);
   }
   std::printf(
-      "(prefill: %% of the all-threads FMA peak; decode: %% of the "
+      "(prefill: %% of the FMA peak, the larger of 1 and all threads; decode: "
+      "%% of the "
       "read bandwidth)\n");
 }
 
