@@ -13,10 +13,6 @@
 namespace attnkit::bench {
 namespace {
 
-// Oracle multiply-adds below which the whole output is checked (~0.2 s of
-// f64 loops).
-constexpr double kFullCheckWork = 2e8;
-
 bool Uniform(const std::vector<int64_t>& v) {
   return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == v[0]; });
 }
@@ -63,13 +59,13 @@ Status CompareRows(const AttentionProblem& p, const AttentionArgs& args,
 }  // namespace
 
 Status CheckAgainstOracle(const AttentionProblem& p, const AttentionArgs& args,
-                          int64_t edge_rows) {
+                          int64_t edge_rows, double full_check_work) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
   const double work = static_cast<double>(p.batch * p.q_heads * p.head_dim) *
                       static_cast<double>(p.max_q_len()) *
                       static_cast<double>(p.max_kv_len());
   const int64_t ql = p.q_lens[0], kl = p.kv_lens[0];
-  if (work <= kFullCheckWork || !Uniform(p.q_lens) || !Uniform(p.kv_lens) ||
+  if (work <= full_check_work || !Uniform(p.q_lens) || !Uniform(p.kv_lens) ||
       ql <= 2 * edge_rows) {
     return CompareRows(p, args, 0);
   }

@@ -25,8 +25,12 @@ inline constexpr double kCheckTolerance = 2e-3;
 // slice is a sub-problem with the same query positions (queries align to the
 // end of the context), so the oracle runs on it directly. FAILED_PRECONDITION
 // names the worst element on a mismatch.
+// `full_check_work` is the oracle work (batch x heads x rows x keys x dim)
+// up to which every row is checked (~0.2 s of f64 loops by default).
+inline constexpr double kFullCheckWork = 2e8;
 Status CheckAgainstOracle(const AttentionProblem& p, const AttentionArgs& args,
-                          int64_t edge_rows = 4);
+                          int64_t edge_rows = 4,
+                          double full_check_work = kFullCheckWork);
 
 // Fills every element of a rank-4 view (dim 3 unit-stride) with N(0, 1)
 // values copied from a fixed seeded pool: memory-speed, so a 1 GB KV cache
