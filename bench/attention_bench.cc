@@ -153,9 +153,13 @@ void RunAttention(benchmark::State& state, const std::string& id,
   if (!verdict.ok()) return SetError(state, verdict);
   for (auto _ : state) {
     const Status s = backend.Attention(p, **args);
-    if (!s.ok()) return SetError(state, s);
+    if (!s.ok()) {
+      SetError(state, s);
+      break;
+    }
     benchmark::ClobberMemory();
   }
+  if (state.error_occurred()) return;
   const double calls = static_cast<double>(state.iterations());
   const Calibration& cal = MachineCalibration();
   const double flops = p.Flops() * calls;
@@ -331,16 +335,23 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
       state.PauseTiming();
       const Status s = rebuild();
       state.ResumeTiming();
-      if (!s.ok()) return SetError(state, s);
+      if (!s.ok()) {
+        SetError(state, s);
+        break;
+      }
     }
     const AllocSnapshot before = AllocationsSoFar();
     auto copied = step();
     const AllocSnapshot after = AllocationsSoFar();
-    if (!copied.ok()) return SetError(state, copied.status());
+    if (!copied.ok()) {
+      SetError(state, copied.status());
+      break;
+    }
     allocs += after.allocations - before.allocations;
     alloc_bytes += after.bytes - before.bytes;
     copied_total += *copied;
   }
+  if (state.error_occurred()) return;
   using C = benchmark::Counter;
   state.counters["allocs_per_step"] =
       C(static_cast<double>(allocs), C::kAvgIterations);
@@ -394,8 +405,12 @@ void BM_FirstCall(benchmark::State& state, const BackendInfo* info) {
     state.PauseTiming();
     fresh.reset();
     state.ResumeTiming();
-    if (!s.ok()) return SetError(state, s);
+    if (!s.ok()) {
+      SetError(state, s);
+      break;
+    }
   }
+  if (state.error_occurred()) return;
   state.counters["first_over_warm"] =
       first_total / static_cast<double>(state.iterations()) / warm;
   state.counters["warm_us"] = warm * 1e6;
