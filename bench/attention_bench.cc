@@ -1,0 +1,627 @@
+// attnkit_bench: Google Benchmark suites over every registered backend
+// (runtime/backends.inc), plus the machine calibration the %peak figures
+// divide by. A backend added to the registry is benchmarked at once.
+//
+//   calibration/fma/threads:N       FP32 FMA peak (GFLOPS)
+//   calibration/read_bw/threads:N   memory read bandwidth (GBps)
+//   prefill/<backend>/S:../d:../causal:../hkv:..      (hq 32, batch 1)
+//   decode/<backend>/kv_len:../bf16:../batch:..       (hq 32, hkv 8, d 128)
+//   decode_step/<backend>/len:../inplace:..           KV update + attention
+//   first_call/<backend>/q:../kv_len:../d:..          first call vs warmed
+//
+// Flags (before Google Benchmark's own): --attnkit_quick selects the reduced
+// grid `./attnkit bench --quick` runs.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/alloc_counter.h"
+#include "bench/calibration.h"
+#include "bench/output_check.h"
+#include "reference/concat_kv.h"
+#include "runtime/backend.h"
+#include "runtime/problem.h"
+#include "runtime/random.h"
+
+namespace attnkit::bench {
+namespace {
+
+bool g_quick = false;
+
+// The reference materializes S = QK^T per head: at S 4096, hq 32 one call is
+// ~275 GFLOP of single-threaded Eigen plus 512M exp()s -- tens of seconds a
+// call. Above this length only the fast backends run prefill.
+constexpr int64_t kReferenceMaxPrefill = 2048;
+
+std::vector<std::string>& SkipLog() {
+  static std::vector<std::string> log;
+  return log;
+}
+
+void Skip(const std::string& name, const std::string& why) {
+  SkipLog().push_back(name + ": " + why);
+}
+
+// One instance per backend for the whole process: backends cache compiled
+// kernels and workspaces per shape, as they would in a serving process.
+Backend& SharedBackend(const BackendInfo& info) {
+  static std::map<std::string, std::unique_ptr<Backend>, std::less<>> all;
+  auto it = all.find(info.name);
+  if (it == all.end()) {
+    it = all.emplace(std::string(info.name), info.make()).first;
+  }
+  return *it->second;
+}
+
+// Inputs of one problem, kept while the same benchmark instance runs again
+// (Google Benchmark calls the function several times to find the iteration
+// count, and once per repetition).
+struct Inputs {
+  std::string key;
+  std::unique_ptr<AttentionData> data;
+};
+
+StatusOr<const AttentionArgs*> InputsFor(const AttentionProblem& p) {
+  static Inputs cached;
+  const std::string key = p.ToString();
+  if (cached.key != key) {
+    cached = Inputs{};  // free the previous problem's memory first
+    ATTNKIT_ASSIGN_OR_RETURN(AttentionData d, AttentionData::Create(p));
+    cached.data = std::make_unique<AttentionData>(std::move(d));
+    const AttentionArgs& a = cached.data->args();
+    FillFromPool(a.q, 1);
+    FillFromPool(a.k, 2);
+    FillFromPool(a.v, 3);
+    cached.key = key;
+  }
+  return &cached.data->args();
+}
+
+// The first run of each (benchmark, problem) calls the backend once untimed
+// (warm-up: JIT compile, workspace sizing) and checks that output against the
+// oracle; the verdict is remembered for later repetitions.
+Status WarmAndCheck(const std::string& id, Backend& backend,
+                    const AttentionProblem& p, const AttentionArgs& args) {
+  static std::map<std::string, Status> verdicts;
+  auto it = verdicts.find(id);
+  if (it != verdicts.end()) return it->second;
+  Status s = backend.Attention(p, args);
+  if (s.ok()) s = CheckAgainstOracle(p, args);
+  verdicts.emplace(id, s);
+  return s;
+}
+
+void SetError(benchmark::State& state, const Status& s) {
+  state.SkipWithError(s.ToString().c_str());
+}
+
+double PctOf(double rate, double peak) { return 100.0 * rate / peak; }
+
+// ---------------------------------------------------------------- calibration
+
+void BM_Fma(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  double flops = 0;
+  // 2^20 rounds: ~2 ms a call, long against an OpenMP wake-up.
+  for (auto _ : state) flops += RunFmaChains(1 << 20, threads);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  static AlignedBuffer buf;
+  const size_t bytes = ReadBufferBytes();
+  const size_t n = bytes / sizeof(float);
+  if (buf.size() != bytes) {
+    buf = AlignedBuffer(bytes);
+    float* data = static_cast<float*>(buf.data());
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; ++i) data[i] = 1.0f;
+  }
+  const float* data = static_cast<const float*>(buf.data());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(SumFloats(data, n, threads));
+  }
+  state.counters["GBps"] =
+      benchmark::Counter(static_cast<double>(bytes) *
+                             static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
+}
+
+// -------------------------------------------------------------------- kernels
+
+// Times backend.Attention on p; GFLOPS and %FMA-peak counters.
+void RunAttention(benchmark::State& state, const std::string& id,
+                  Backend& backend, const AttentionProblem& p,
+                  bool memory_bound) {
+  auto args = InputsFor(p);
+  if (!args.ok()) return SetError(state, args.status());
+  const Status verdict = WarmAndCheck(id, backend, p, **args);
+  if (!verdict.ok()) return SetError(state, verdict);
+  for (auto _ : state) {
+    const Status s = backend.Attention(p, **args);
+    if (!s.ok()) {
+      SetError(state, s);
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  if (state.error_occurred()) return;
+  const double calls = static_cast<double>(state.iterations());
+  const Calibration& cal = MachineCalibration();
+  const double flops = p.Flops() * calls;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+  if (!memory_bound) {
+    // kIsRate divides by the measured seconds: (FLOP / s) / peak * 100. The
+    // larger of the two FMA figures: on a shared machine the all-threads one
+    // can fall below one core's, and no kernel beats a single core's peak.
+    const double peak = std::max(cal.fma_gflops_all, cal.fma_gflops_1t);
+    state.counters["pct_peak"] = benchmark::Counter(
+        PctOf(flops / 1e9, peak), benchmark::Counter::kIsRate);
+    return;
+  }
+  // Decode streams the KV cache once: K and V of every visible key, plus q
+  // and out (negligible).
+  double bytes = 0;
+  const double row = static_cast<double>(p.head_dim);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    bytes += 2.0 * static_cast<double>(p.kv_heads * p.kv_lens[b]) * row *
+                 static_cast<double>(DTypeSize(p.dtype)) +
+             static_cast<double>(p.q_heads * p.q_lens[b]) * row *
+                 (static_cast<double>(DTypeSize(p.dtype)) + 4.0);
+  }
+  state.counters["GBps"] =
+      benchmark::Counter(bytes * calls / 1e9, benchmark::Counter::kIsRate);
+  state.counters["pct_peak"] =
+      benchmark::Counter(PctOf(bytes * calls / 1e9, cal.read_gbps_all),
+                         benchmark::Counter::kIsRate);
+}
+
+AttentionProblem PrefillProblem(int64_t s, int64_t d, bool causal,
+                                int64_t hkv) {
+  AttentionProblem p;
+  p.batch = 1;
+  p.q_heads = 32;
+  p.kv_heads = hkv;
+  p.head_dim = d;
+  p.q_lens = {s};
+  p.kv_lens = {s};
+  p.mask = causal ? MaskKind::kCausal : MaskKind::kNone;
+  return p;
+}
+
+AttentionProblem DecodeProblem(int64_t kv_len, DType dtype, int64_t batch) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.q_heads = 32;
+  p.kv_heads = 8;
+  p.head_dim = 128;
+  p.q_lens.assign(static_cast<size_t>(batch), 1);
+  p.kv_lens.assign(static_cast<size_t>(batch), kv_len);
+  p.dtype = dtype;
+  return p;
+}
+
+// ---------------------------------------------------------------- decode step
+
+// One decode step at context length len: append one token's K and V, then
+// attend over len + 1 keys. inplace=0: the naive concat (allocate len + 1,
+// copy the context, append) of reference::ConcatKv; inplace=1: the backend's
+// AppendKv into a buffer preallocated to capacity. Every timed step starts
+// from the same len (the concat cache is rebuilt untimed), so the per-step
+// counts are exact constants the gate can compare exactly.
+void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
+  const int64_t len = state.range(0);
+  const bool inplace = state.range(1) != 0;
+  Backend& backend = SharedBackend(*info);
+  AttentionProblem p = DecodeProblem(len + 1, DType::kF32, 1);
+  const int64_t hkv = p.kv_heads, d = p.head_dim;
+  const int64_t token_bytes = 2 * hkv * d * DTypeSize(p.dtype);
+
+  Tensor context_k = Tensor::Contiguous(p.dtype, {1, hkv, len, d});
+  Tensor context_v = Tensor::Contiguous(p.dtype, {1, hkv, len, d});
+  Tensor token_k = Tensor::Contiguous(p.dtype, {1, hkv, 1, d});
+  Tensor token_v = Tensor::Contiguous(p.dtype, {1, hkv, 1, d});
+  Tensor q = Tensor::Contiguous(p.dtype, {1, p.q_heads, 1, d});
+  Tensor out = Tensor::Contiguous(DType::kF32, {1, p.q_heads, 1, d});
+  FillFromPool(context_k.view, 2);
+  FillFromPool(context_v.view, 3);
+  FillFromPool(token_k.view, 4);
+  FillFromPool(token_v.view, 5);
+  FillFromPool(q.view, 1);
+  const std::vector<int64_t> zero{0}, one{1}, ctx_len{len}, position{len};
+
+  // In place: capacity for 256 more tokens past this step.
+  const int64_t capacity = len + 256;
+  Tensor cache_k, cache_v;
+  // Concat: rebuilt to len tokens before every step.
+  std::unique_ptr<reference::ConcatKv> concat;
+  auto rebuild = [&]() -> Status {
+    concat = nullptr;
+    concat = std::make_unique<reference::ConcatKv>(1, hkv, d, p.dtype);
+    return concat->Append(context_k.view, context_v.view, ctx_len).status();
+  };
+  if (inplace) {
+    cache_k = Tensor::Contiguous(p.dtype, {1, hkv, capacity, d});
+    cache_v = Tensor::Contiguous(p.dtype, {1, hkv, capacity, d});
+    const KvAppendArgs fill{cache_k.view,   cache_v.view, context_k.view,
+                            context_v.view, zero,         ctx_len};
+    const Status s = ValidateAppend(fill);
+    if (!s.ok()) return SetError(state, s);
+    AppendKvStrided(fill);
+  } else {
+    const Status s = rebuild();
+    if (!s.ok()) return SetError(state, s);
+  }
+  const KvAppendArgs append{cache_k.view, cache_v.view, token_k.view,
+                            token_v.view, position,     one};
+
+  // One step; returns bytes copied (from ConcatKv's return value, or by
+  // AppendKv's contract: only the new token is written).
+  auto step = [&]() -> StatusOr<int64_t> {
+    AttentionArgs a;
+    a.q = q.view;
+    a.out = out.view;
+    int64_t copied = token_bytes;
+    if (inplace) {
+      ATTNKIT_RETURN_IF_ERROR(backend.AppendKv(append));
+      a.k = cache_k.view;
+      a.v = cache_v.view;
+    } else {
+      ATTNKIT_ASSIGN_OR_RETURN(copied,
+                               concat->Append(token_k.view, token_v.view, one));
+      a.k = concat->K(0);
+      a.v = concat->V(0);
+    }
+    ATTNKIT_RETURN_IF_ERROR(backend.Attention(p, a));
+    return copied;
+  };
+
+  // Warm-up step, then the checks: the cache holds context + token
+  // bit-exactly, and the attention output matches the oracle.
+  {
+    auto copied = step();
+    if (!copied.ok()) return SetError(state, copied.status());
+    AttentionArgs a{q.view, inplace ? cache_k.view : concat->K(0),
+                    inplace ? cache_v.view : concat->V(0), TensorView{},
+                    out.view};
+    for (int which = 0; which < 2; ++which) {
+      const TensorView& kv = which == 0 ? a.k : a.v;
+      const TensorView& tok = which == 0 ? token_k.view : token_v.view;
+      const TensorView& context = which == 0 ? context_k.view : context_v.view;
+      const size_t row = static_cast<size_t>(d * DTypeSize(p.dtype));
+      for (int64_t h = 0; h < hkv; ++h) {
+        const char* base = static_cast<const char*>(kv.data);
+        const char* ctx = static_cast<const char*>(context.data);
+        const int64_t es = DTypeSize(p.dtype);
+        if (std::memcmp(base + kv.Offset(0, h, 0, 0) * es,
+                        ctx + context.Offset(0, h, 0, 0) * es,
+                        row * static_cast<size_t>(len)) != 0 ||
+            std::memcmp(base + kv.Offset(0, h, len, 0) * es,
+                        static_cast<const char*>(tok.data) +
+                            tok.Offset(0, h, 0, 0) * es,
+                        row) != 0) {
+          return SetError(state,
+                          Status::FailedPrecondition(
+                              std::string(which == 0 ? "K" : "V") +
+                              " cache after the step differs from context + "
+                              "token at kv head " +
+                              std::to_string(h)));
+        }
+      }
+    }
+    const Status s = CheckAgainstOracle(p, a);
+    if (!s.ok()) return SetError(state, s);
+  }
+
+  uint64_t allocs = 0, alloc_bytes = 0;
+  int64_t copied_total = 0;
+  for (auto _ : state) {
+    if (!inplace) {
+      state.PauseTiming();
+      const Status s = rebuild();
+      state.ResumeTiming();
+      if (!s.ok()) {
+        SetError(state, s);
+        break;
+      }
+    }
+    const AllocSnapshot before = AllocationsSoFar();
+    auto copied = step();
+    const AllocSnapshot after = AllocationsSoFar();
+    if (!copied.ok()) {
+      SetError(state, copied.status());
+      break;
+    }
+    allocs += after.allocations - before.allocations;
+    alloc_bytes += after.bytes - before.bytes;
+    copied_total += *copied;
+  }
+  if (state.error_occurred()) return;
+  using C = benchmark::Counter;
+  state.counters["allocs_per_step"] =
+      C(static_cast<double>(allocs), C::kAvgIterations);
+  state.counters["alloc_bytes_per_step"] =
+      C(static_cast<double>(alloc_bytes), C::kAvgIterations);
+  state.counters["bytes_copied_per_step"] =
+      C(static_cast<double>(copied_total), C::kAvgIterations);
+}
+
+// ----------------------------------------------------------------- first call
+
+// The first Attention call of a fresh backend instance (JIT compile and
+// workspace sizing, for backends that do either) against a warmed call of
+// the same specialization. A backend that caches kernels process-wide pays
+// the compile only in the very first iteration; the median then shows the
+// cost of a cache hit.
+void BM_FirstCall(benchmark::State& state, const BackendInfo* info) {
+  const int64_t q = state.range(0), kv = state.range(1), d = state.range(2);
+  AttentionProblem p = PrefillProblem(kv, d, q > 1, 8);
+  p.q_lens = {q};
+  auto args = InputsFor(p);
+  if (!args.ok()) return SetError(state, args.status());
+  const std::string id = "first_call/" + p.ToString();
+  double warm = 0;
+  {
+    auto warmed = info->make();
+    const Status verdict = WarmAndCheck(id, *warmed, p, **args);
+    if (!verdict.ok()) return SetError(state, verdict);
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Status s = warmed->Attention(p, **args);
+      t.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count());
+      if (!s.ok()) return SetError(state, s);
+    }
+    std::sort(t.begin(), t.end());
+    warm = t[2];
+  }
+  double first_total = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto fresh = info->make();
+    state.ResumeTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Status s = fresh->Attention(p, **args);
+    first_total +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    state.PauseTiming();
+    fresh.reset();
+    state.ResumeTiming();
+    if (!s.ok()) {
+      SetError(state, s);
+      break;
+    }
+  }
+  if (state.error_occurred()) return;
+  state.counters["first_over_warm"] =
+      first_total / static_cast<double>(state.iterations()) / warm;
+  state.counters["warm_us"] = warm * 1e6;
+}
+
+// --------------------------------------------------------------- registration
+
+std::vector<int64_t> Grid(std::vector<int64_t> full,
+                          std::vector<int64_t> quick) {
+  return g_quick ? quick : full;
+}
+
+void RegisterAll() {
+  const int threads = omp_get_max_threads();
+  benchmark::RegisterBenchmark("calibration/fma", BM_Fma)
+      ->ArgNames({"threads"})
+      ->Arg(1)
+      ->Arg(threads)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("calibration/read_bw", BM_ReadBandwidth)
+      ->ArgNames({"threads"})
+      ->Arg(threads)
+      ->UseRealTime();
+
+  for (const BackendInfo& info : RegisteredBackends()) {
+    const std::string name(info.name);
+    const BackendInfo* ip = &info;
+    Backend& backend = SharedBackend(info);
+
+    // Prefill: hq 32, hkv 8 (GQA 4:1) and 32 (MHA).
+    for (int64_t s :
+         Grid({128, 256, 512, 1024, 2048, 4096}, {128, 512, 2048})) {
+      for (int64_t d : {64, 128}) {
+        for (int64_t causal : {0, 1}) {
+          for (int64_t hkv : Grid({8, 32}, {8})) {
+            const AttentionProblem p = PrefillProblem(s, d, causal != 0, hkv);
+            const std::string bm = "prefill/" + name +
+                                   "/S:" + std::to_string(s) +
+                                   "/d:" + std::to_string(d) + "/...";
+            if (name == "reference" && s > kReferenceMaxPrefill) {
+              Skip(bm,
+                   "the reference materializes S x S per head; capped at "
+                   "S <= " +
+                       std::to_string(kReferenceMaxPrefill));
+              continue;
+            }
+            if (Status sup = backend.Supports(p); !sup.ok()) {
+              Skip(bm, sup.ToString());
+              continue;
+            }
+            benchmark::RegisterBenchmark(
+                ("prefill/" + name).c_str(),
+                [ip, p](benchmark::State& st) {
+                  RunAttention(
+                      st,
+                      "prefill/" + std::string(ip->name) + "/" + p.ToString(),
+                      SharedBackend(*ip), p, false);
+                })
+                ->ArgNames({"S", "d", "causal", "hkv"})
+                ->Args({s, d, causal, hkv})
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
+          }
+        }
+      }
+    }
+
+    // Decode: one query per sequence over kv_len keys, Llama-like heads.
+    for (int64_t kv : Grid({512, 1024, 2048, 4096, 8192, 16384, 32768},
+                           {512, 4096, 32768})) {
+      for (int64_t bf : {0, 1}) {
+        for (int64_t batch : {1, 4}) {
+          const AttentionProblem p =
+              DecodeProblem(kv, bf ? DType::kBF16 : DType::kF32, batch);
+          if (Status sup = backend.Supports(p); !sup.ok()) {
+            Skip("decode/" + name + "/" + p.ToString(), sup.ToString());
+            continue;
+          }
+          benchmark::RegisterBenchmark(
+              ("decode/" + name).c_str(),
+              [ip, p](benchmark::State& st) {
+                RunAttention(
+                    st, "decode/" + std::string(ip->name) + "/" + p.ToString(),
+                    SharedBackend(*ip), p, true);
+              })
+              ->ArgNames({"kv_len", "bf16", "batch"})
+              ->Args({kv, bf, batch})
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+
+    // Decode step: KV update + attention, naive concat vs in place.
+    for (int64_t len : Grid({512, 2048, 8192, 32768}, {512, 8192})) {
+      if (Status sup = backend.Supports(DecodeProblem(len + 1, DType::kF32, 1));
+          !sup.ok()) {
+        Skip("decode_step/" + name + "/len:" + std::to_string(len),
+             sup.ToString());
+        continue;
+      }
+      for (int64_t inplace : {0, 1}) {
+        benchmark::RegisterBenchmark(
+            ("decode_step/" + name).c_str(),
+            [ip](benchmark::State& st) { BM_DecodeStep(st, ip); })
+            ->ArgNames({"len", "inplace"})
+            ->Args({len, inplace})
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+
+    // First call vs warmed: a prefill and a decode specialization.
+    benchmark::RegisterBenchmark(
+        ("first_call/" + name).c_str(),
+        [ip](benchmark::State& st) { BM_FirstCall(st, ip); })
+        ->ArgNames({"q", "kv_len", "d"})
+        ->Args({256, 256, 64})
+        ->Args({1, 1024, 128})
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+std::string FirstLineOf(const std::string& cmd) {
+  std::string out;
+  if (FILE* f = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+    pclose(f);
+  }
+  return out;
+}
+
+// "LLVM version 22.1.3" out of `mlir-opt --version`, or "unavailable".
+std::string MlirVersion() {
+  const std::string text =
+      FirstLineOf("/usr/lib/llvm-22/bin/mlir-opt --version 2>/dev/null");
+  const size_t at = text.find("version ");
+  if (at == std::string::npos) return "unavailable";
+  size_t end = text.find_first_of(" \n", at + 8);
+  return text.substr(at + 8, end - at - 8);
+}
+
+std::string CpuModel() {
+  const std::string text =
+      FirstLineOf("grep -m1 'model name' /proc/cpuinfo 2>/dev/null");
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return "unknown";
+  std::string m = text.substr(colon + 1);
+  m.erase(0, m.find_first_not_of(' '));
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
+void AddContext(const Calibration& cal) {
+  auto env = [](const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr && *v != '\0' ? v : fallback);
+  };
+  benchmark::AddCustomContext("git_sha", env("ATTNKIT_GIT_SHA", "unknown"));
+  benchmark::AddCustomContext("git_dirty", env("ATTNKIT_GIT_DIRTY", "unknown"));
+  benchmark::AddCustomContext("attnkit_quick", g_quick ? "1" : "0");
+#if defined(__clang__)
+  benchmark::AddCustomContext("compiler", std::string("clang ") + __VERSION__);
+#else
+  benchmark::AddCustomContext("compiler", std::string("gcc ") + __VERSION__);
+#endif
+  benchmark::AddCustomContext("cpu_model", CpuModel());
+  benchmark::AddCustomContext("mlir_version", MlirVersion());
+  std::string backends;
+  for (const std::string& b : RegisteredBackendNames()) {
+    backends += (backends.empty() ? "" : ",") + b;
+  }
+  benchmark::AddCustomContext("backends", backends);
+  benchmark::AddCustomContext("omp_threads", std::to_string(cal.threads));
+  benchmark::AddCustomContext("fma_isa", FmaIsaName());
+  benchmark::AddCustomContext("calib_fma_gflops_1t",
+                              std::to_string(cal.fma_gflops_1t));
+  benchmark::AddCustomContext("calib_fma_gflops_all",
+                              std::to_string(cal.fma_gflops_all));
+  benchmark::AddCustomContext("calib_read_gbps_all",
+                              std::to_string(cal.read_gbps_all));
+  benchmark::AddCustomContext("alloc_counter",
+                              CountsMalloc() ? "malloc+new" : "new");
+}
+
+}  // namespace
+}  // namespace attnkit::bench
+
+int main(int argc, char** argv) {
+  using namespace attnkit::bench;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--attnkit_quick") == 0) {
+      g_quick = true;
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  int n = static_cast<int>(rest.size());
+  benchmark::Initialize(&n, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
+  RegisterAll();
+  const Calibration& cal = MachineCalibration();
+  std::fprintf(stderr, "attnkit_bench: %s\n", CalibrationSummary(cal).c_str());
+  for (const std::string& s : SkipLog()) {
+    std::fprintf(stderr, "attnkit_bench: not registered: %s\n", s.c_str());
+  }
+  AddContext(cal);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

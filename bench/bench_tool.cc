@@ -1,0 +1,224 @@
+// attnkit_bench_tool: the history store, the regression gate and the
+// dashboard behind `./attnkit bench` and `./attnkit dashboard`.
+//
+//   ingest FILE...        store Google Benchmark JSON runs; prints their ids
+//   runs                  list the stored runs
+//   compare BASE NEW      gate NEW against BASE; exit 1 on a regression
+//   dashboard [-o FILE]   write the HTML page (default: bench_dashboard.html)
+//   summary RUN           calibration and %peak per backend and suite
+// Common flags: --db PATH (default $ATTNKIT_HISTORY_DB or
+// ~/.attnkit/history.sqlite). BASE and NEW are run ids, latest, latest~N, sha
+// prefixes, or paths of JSON files (read without storing).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/compare.h"
+#include "bench/dashboard.h"
+#include "bench/history.h"
+#include "bench/run_data.h"
+#include "bench/stats.h"
+
+namespace attnkit::bench {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: attnkit_bench_tool <command> [--db PATH] [args]\n"
+    "  ingest FILE...            store Google Benchmark JSON runs\n"
+    "  runs                      list stored runs\n"
+    "  compare BASE NEW [--alpha A] [--threshold T]\n"
+    "                            regression gate (exit 1 on a regression);\n"
+    "                            BASE/NEW: run id, latest, latest~N, sha\n"
+    "                            prefix, or a .json file\n"
+    "  dashboard [-o FILE] [--host HOST]\n"
+    "                            write the static HTML dashboard\n"
+    "  summary RUN               calibration and %peak per backend and suite\n";
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "attnkit bench: %s\n", s.ToString().c_str());
+  return 2;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.substr(s.size() - suffix.size()) == suffix;
+}
+
+StatusOr<RunData> LoadSpec(const std::string& db, const std::string& spec) {
+  if (EndsWith(spec, ".json")) return ReadGoogleBenchmarkJsonFile(spec);
+  ATTNKIT_ASSIGN_OR_RETURN(HistoryStore store, HistoryStore::Open(db));
+  return store.Resolve(spec);
+}
+
+StatusOr<double> ParseFraction(const std::string& flag,
+                               const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(v > 0 && v < 1)) {
+    return Status::InvalidArgument(flag + "=" + text +
+                                   " (expected a number in (0, 1))");
+  }
+  return v;
+}
+
+// Per backend and suite: how many benchmarks report pct_peak, and the
+// median, min and max of their median %peak.
+void PrintSummary(const RunData& run) {
+  auto field = [&](const char* key) { return ContextValue(run.info, key); };
+  std::printf(
+      "calibration (%s, %s threads): FMA peak %s GFLOPS on 1 thread, %s "
+      "GFLOPS on all; read bandwidth %s GB/s\n",
+      field("fma_isa").c_str(), field("omp_threads").c_str(),
+      field("calib_fma_gflops_1t").c_str(),
+      field("calib_fma_gflops_all").c_str(),
+      field("calib_read_gbps_all").c_str());
+  std::map<std::pair<std::string, std::string>, std::vector<double>> groups;
+  for (const auto& [name, s] : run.benchmarks) {
+    auto m = s.metrics.find("pct_peak");
+    if (m == s.metrics.end() || m->second.empty()) continue;
+    const size_t a = name.find('/'), b = name.find('/', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    groups[{name.substr(a + 1, b - a - 1), name.substr(0, a)}].push_back(
+        Median(m->second));
+  }
+  std::printf("%-12s %-10s %6s %14s %18s\n", "backend", "suite", "count",
+              "median %peak", "min..max %peak");
+  for (auto& [key, v] : groups) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    char range[64];
+    std::snprintf(range, sizeof(range), "%.2f..%.2f", *lo, *hi);
+    std::printf("%-12s %-10s %6zu %14.2f %18s\n", key.first.c_str(),
+                key.second.c_str(), v.size(), Median(v), range);
+  }
+  std::printf(
+      "(prefill: %% of the FMA peak, the larger of 1 and all threads; decode: "
+      "%% of the "
+      "read bandwidth)\n");
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  std::string db = DefaultHistoryPath(), out = "bench_dashboard.html", host;
+  CompareOptions options;
+  std::vector<std::string> pos;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> StatusOr<std::string> {
+      if (i + 1 >= argc) {
+        return Status::InvalidArgument(a + " needs a value");
+      }
+      return std::string(argv[++i]);
+    };
+    if (a == "--db" || a == "-o" || a == "--host" || a == "--alpha" ||
+        a == "--threshold") {
+      auto v = value();
+      if (!v.ok()) return Fail(v.status());
+      if (a == "--db") db = *v;
+      if (a == "-o") out = *v;
+      if (a == "--host") host = *v;
+      if (a == "--alpha" || a == "--threshold") {
+        auto f = ParseFraction(a, *v);
+        if (!f.ok()) return Fail(f.status());
+        (a == "--alpha" ? options.alpha : options.min_slowdown) = *f;
+      }
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      pos.push_back(a);
+    }
+  }
+
+  if (cmd == "ingest") {
+    if (pos.empty()) return Fail(Status::InvalidArgument("ingest: no FILE"));
+    auto store = HistoryStore::Open(db);
+    if (!store.ok()) return Fail(store.status());
+    for (const std::string& f : pos) {
+      auto run = ReadGoogleBenchmarkJsonFile(f);
+      if (!run.ok()) return Fail(run.status());
+      auto id = store->Ingest(*run);
+      if (!id.ok()) return Fail(id.status());
+      std::printf("run %lld: %s (%s, %zu benchmarks) -> %s\n",
+                  static_cast<long long>(*id), run->info.sha.c_str(),
+                  run->info.date.c_str(), run->benchmarks.size(), db.c_str());
+    }
+    return 0;
+  }
+  if (cmd == "runs") {
+    auto store = HistoryStore::Open(db);
+    if (!store.ok()) return Fail(store.status());
+    auto runs = store->ListRuns();
+    if (!runs.ok()) return Fail(runs.status());
+    std::printf("%-5s %-12s %-26s %-12s %s\n", "id", "sha", "date", "host",
+                "source");
+    for (const RunInfo& r : *runs) {
+      std::printf(
+          "%-5lld %-12s %-26s %-12s %s%s\n", static_cast<long long>(r.id),
+          (r.sha.substr(0, 10) + (r.dirty ? "+" : "")).c_str(), r.date.c_str(),
+          r.host.c_str(), r.source.c_str(), r.quick ? " (quick)" : "");
+    }
+    return 0;
+  }
+  if (cmd == "compare") {
+    if (pos.size() != 2) {
+      return Fail(Status::InvalidArgument("compare: expected BASE NEW, got " +
+                                          std::to_string(pos.size()) +
+                                          " arguments"));
+    }
+    auto base = LoadSpec(db, pos[0]);
+    if (!base.ok()) return Fail(base.status());
+    auto next = LoadSpec(db, pos[1]);
+    if (!next.ok()) return Fail(next.status());
+    const CompareReport report = CompareRuns(*base, *next, options);
+    std::fputs(FormatCompareTable(report, base->info, next->info).c_str(),
+               stdout);
+    return report.failed() ? 1 : 0;
+  }
+  if (cmd == "summary") {
+    if (pos.size() != 1) {
+      return Fail(Status::InvalidArgument("summary: expected one RUN"));
+    }
+    auto run = LoadSpec(db, pos[0]);
+    if (!run.ok()) return Fail(run.status());
+    PrintSummary(*run);
+    return 0;
+  }
+  if (cmd == "dashboard") {
+    auto store = HistoryStore::Open(db);
+    if (!store.ok()) return Fail(store.status());
+    auto infos = store->ListRuns();
+    if (!infos.ok()) return Fail(infos.status());
+    if (host.empty() && !infos->empty()) host = infos->back().host;
+    std::vector<RunData> runs;
+    for (const RunInfo& r : *infos) {
+      if (r.host != host) continue;
+      auto run = store->LoadRun(r.id);
+      if (!run.ok()) return Fail(run.status());
+      runs.push_back(std::move(*run));
+    }
+    std::ofstream f(out);
+    f << RenderDashboard(runs, options);
+    f.close();
+    if (!f) return Fail(Status::InvalidArgument("cannot write " + out));
+    std::printf("dashboard: %zu runs of host %s -> %s\n", runs.size(),
+                host.empty() ? "-" : host.c_str(), out.c_str());
+    return 0;
+  }
+  std::fprintf(stderr, "attnkit bench: unknown command '%s'\n%s", cmd.c_str(),
+               kUsage);
+  return 2;
+}
+
+}  // namespace
+}  // namespace attnkit::bench
+
+int main(int argc, char** argv) { return attnkit::bench::Main(argc, argv); }

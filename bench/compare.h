@@ -1,0 +1,69 @@
+// The regression gate: compares two runs benchmark by benchmark.
+//   time   : a regression when the Mann-Whitney U test says the repetitions
+//            differ (p < alpha = 0.01) AND the median slowed by >= 5% (the
+//            LNT / asv rule: significance alone flags 0.3% drifts on quiet
+//            machines, a threshold alone flags noise on busy ones).
+//   exact  : allocs_per_step and bytes_copied_per_step are deterministic per
+//            step, so any increase is a regression.
+//   errors : a benchmark whose output check failed in the new run is a
+//            regression whatever its speed.
+#ifndef ATTNKIT_BENCH_COMPARE_H_
+#define ATTNKIT_BENCH_COMPARE_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/run_data.h"
+
+namespace attnkit::bench {
+
+struct CompareOptions {
+  double alpha = 0.01;         // Mann-Whitney two-sided significance level
+  double min_slowdown = 0.05;  // median ratio new/old >= 1 + this
+};
+
+enum class Verdict {
+  kSame,        // no significant or no large-enough change
+  kFaster,      // significant and >= min_slowdown faster (or fewer counts)
+  kRegression,  // fails the gate
+  kNew,         // only in the new run
+  kGone,        // only in the base run (reported, not failing)
+  kFixed,       // errored in the base run, passes now
+};
+std::string_view VerdictName(Verdict v);
+
+struct CompareRow {
+  std::string benchmark;
+  std::string metric;    // kTimeMetric, an exact metric, or "output"
+  double old_value = 0;  // median (time), max (exact metrics)
+  double new_value = 0;
+  double ratio = 0;  // new / old; NaN when undefined
+  double p = -1;     // Mann-Whitney p (time rows); -1 when not tested
+  size_t n_old = 0, n_new = 0;
+  Verdict verdict = Verdict::kSame;
+  std::string note;  // why, for errors and untestable rows
+};
+
+struct CompareReport {
+  CompareOptions options;
+  std::vector<CompareRow> rows;
+  int regressions = 0;
+  bool failed() const { return regressions > 0; }
+};
+
+CompareReport CompareRuns(const RunData& base, const RunData& next,
+                          const CompareOptions& options = {});
+
+// The table people read: benchmark, metric, old, new, ratio, p, verdict, plus
+// a header naming both runs and a closing summary line.
+std::string FormatCompareTable(const CompareReport& report, const RunInfo& base,
+                               const RunInfo& next);
+
+// "1.23 ms", "456 ns", "12.3 MB": a metric value for people.
+std::string FormatMetric(std::string_view metric, double v);
+
+}  // namespace attnkit::bench
+
+#endif  // ATTNKIT_BENCH_COMPARE_H_

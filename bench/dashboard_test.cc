@@ -1,0 +1,102 @@
+#include "bench/dashboard.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "bench/testing_runs.h"
+
+namespace attnkit::bench {
+namespace {
+
+constexpr const char* kPrefill =
+    "prefill/reference/S:2048/d:128/causal:1/hkv:8/real_time";
+
+size_t Count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos;
+       at = s.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// The <div class="bench..."> of one benchmark.
+std::string BenchDiv(const std::string& html, const std::string& name) {
+  const size_t name_at = html.find("data-name=\"" + name + "\"");
+  if (name_at == std::string::npos) return "";
+  const size_t at = html.rfind("<div", name_at);
+  return html.substr(at, html.find("</div>", at) - at);
+}
+
+std::vector<RunData> History(const testing::Plant& last_plant) {
+  return {testing::SyntheticRun("1111aaaa", "2026-01-01", 1),
+          testing::SyntheticRun("2222bbbb", "2026-01-02", 2),
+          testing::SyntheticRun("3333cccc", "2026-01-03", 3),
+          testing::SyntheticRun("4444dddd", "2026-01-04", 4, 9, last_plant)};
+}
+
+TEST(DashboardTest, PlotsEveryMetricAcrossRuns) {
+  const std::string html = RenderDashboard(History({}));
+  // One plot per (benchmark, metric): time + GFLOPS everywhere, plus allocs
+  // and bytes copied for the two decode_step benchmarks.
+  const size_t benches = std::size(testing::kSyntheticBenchmarks);
+  EXPECT_EQ(Count(html, "<svg class=\"plot\""), 2 * benches + 2 * 2);
+  EXPECT_EQ(Count(html, "<polyline class=\"series\""), 2 * benches + 4);
+  // Each series has one vertex per run.
+  const std::regex poly("<polyline class=\"series\" points=\"([^\"]*)\"");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), poly);
+       it != std::sregex_iterator(); ++it) {
+    const std::string pts = (*it)[1];
+    EXPECT_EQ(Count(pts, ","), 4u) << pts;
+  }
+  EXPECT_EQ(Count(html, "pt regression"), 0u);
+  EXPECT_NE(html.find("0 regressions"), std::string::npos);
+  EXPECT_NE(html.find("4444dddd"), std::string::npos);
+  // Self-contained: no external fetches.
+  EXPECT_EQ(html.find("http://"), std::string::npos);
+  EXPECT_EQ(html.find("https://"), std::string::npos);
+  EXPECT_EQ(html.find(" src="), std::string::npos);
+}
+
+TEST(DashboardTest, MarksPlantedRegressionsInPlotsAndTable) {
+  testing::Plant plant;
+  plant.slowdown[kPrefill] = 1.25;
+  plant.extra_alloc["decode_step/reference/len:512/inplace:1/real_time"] = 3;
+  const std::string html = RenderDashboard(History(plant));
+  // The slowed benchmark: a red point in each of its two plots.
+  const std::string prefill = BenchDiv(html, kPrefill);
+  ASSERT_FALSE(prefill.empty());
+  EXPECT_EQ(Count(prefill, "pt regression"), 2u);
+  EXPECT_NE(prefill.find("class=\"bench flagged\""), std::string::npos);
+  // The allocation: a red point in the allocations plot only.
+  const std::string step =
+      BenchDiv(html, "decode_step/reference/len:512/inplace:1/real_time");
+  EXPECT_EQ(Count(step, "pt regression"), 1u);
+  const size_t allocs_plot = step.find("data-metric=\"allocs_per_step\"");
+  ASSERT_NE(allocs_plot, std::string::npos);
+  EXPECT_GT(step.find("pt regression"), allocs_plot);
+  EXPECT_LT(step.find("pt regression"),
+            step.find("data-metric=\"bytes_copied_per_step\""));
+  // Nothing else is marked.
+  EXPECT_EQ(Count(html, "pt regression"), 3u);
+  // The latest-vs-previous table names both.
+  EXPECT_NE(html.find("<b>2 regressions</b>"), std::string::npos);
+  EXPECT_EQ(Count(html, "<tr class=\"regression\">"), 2u);
+}
+
+TEST(DashboardTest, EscapesNamesAndHandlesEmptyAndSingleRun) {
+  RunData r = testing::SyntheticRun("<script>", "2026-01-01", 1);
+  r.benchmarks["weird/<b>&\"x\""] = r.benchmarks.begin()->second;
+  const std::string html = RenderDashboard({r});
+  EXPECT_EQ(Count(html, "<script>"), 1u);  // ours only; the sha is escaped
+  EXPECT_NE(html.find("&lt;script&gt;"), std::string::npos);
+  EXPECT_NE(html.find("weird/&lt;b&gt;&amp;&quot;x&quot;"), std::string::npos);
+  EXPECT_EQ(html.find("<b>&"), std::string::npos);
+  EXPECT_NE(html.find("Only one run so far"), std::string::npos);
+  const std::string empty = RenderDashboard({});
+  EXPECT_NE(empty.find("no runs yet"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnkit::bench

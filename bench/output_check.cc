@@ -1,0 +1,128 @@
+#include "bench/output_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "reference/oracle.h"
+#include "runtime/random.h"
+
+namespace attnkit::bench {
+namespace {
+
+bool Uniform(const std::vector<int64_t>& v) {
+  return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == v[0]; });
+}
+
+Status CompareRows(const AttentionProblem& p, const AttentionArgs& args,
+                   int64_t row_offset) {
+  std::vector<double> expected;
+  ATTNKIT_RETURN_IF_ERROR(reference::OracleAttention(p, args, &expected));
+  const int64_t mq = p.max_q_len();
+  double worst = 0;
+  std::array<int64_t, 4> worst_at{0, 0, 0, 0};
+  double worst_got = 0, worst_want = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      for (int64_t i = 0; i < p.q_lens[b]; ++i) {
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          const double want = expected[static_cast<size_t>(
+              ((b * p.q_heads + h) * mq + i) * p.head_dim + d)];
+          const double got = args.out.Load(b, h, i, d);
+          const double excess =
+              std::fabs(got - want) / (1 + std::fabs(want));  // NaN stays NaN
+          if (!(excess <= worst)) {
+            worst = std::isnan(excess) ? INFINITY : excess;
+            worst_at = {b, h, i + row_offset, d};
+            worst_got = got;
+            worst_want = want;
+          }
+        }
+      }
+    }
+  }
+  if (worst <= kCheckTolerance) return Status::Ok();
+  char buf[256];
+  std::snprintf(
+      buf, sizeof(buf),
+      "output mismatch at [b=%lld,h=%lld,i=%lld,d=%lld]: got %.6g, "
+      "oracle %.6g (tolerance %.0e*(1+|oracle|)) for ",
+      static_cast<long long>(worst_at[0]), static_cast<long long>(worst_at[1]),
+      static_cast<long long>(worst_at[2]), static_cast<long long>(worst_at[3]),
+      worst_got, worst_want, kCheckTolerance);
+  return Status::FailedPrecondition(buf + p.ToString());
+}
+
+}  // namespace
+
+Status CheckAgainstOracle(const AttentionProblem& p, const AttentionArgs& args,
+                          int64_t edge_rows, double full_check_work) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+  const double work = static_cast<double>(p.batch * p.q_heads * p.head_dim) *
+                      static_cast<double>(p.max_q_len()) *
+                      static_cast<double>(p.max_kv_len());
+  const int64_t ql = p.q_lens[0], kl = p.kv_lens[0];
+  if (work <= full_check_work || !Uniform(p.q_lens) || !Uniform(p.kv_lens) ||
+      ql <= 2 * edge_rows) {
+    return CompareRows(p, args, 0);
+  }
+  for (const int64_t i0 : {int64_t{0}, ql - edge_rows}) {
+    const int64_t i1 = i0 + edge_rows;
+    AttentionProblem sub = p;
+    // Query i keeps its absolute position kv - q + i when the context is cut
+    // to end at the last visible key of the slice's last row.
+    const bool prefix_only =
+        p.mask == MaskKind::kCausal || p.mask == MaskKind::kWindow;
+    const int64_t sub_kv = prefix_only ? kl - ql + i1 : kl;
+    std::fill(sub.q_lens.begin(), sub.q_lens.end(), edge_rows);
+    std::fill(sub.kv_lens.begin(), sub.kv_lens.end(), sub_kv);
+    AttentionArgs a = args;
+    a.q = args.q.Slice({0, 0, i0, 0},
+                       {p.batch, p.q_heads, edge_rows, p.head_dim});
+    a.out = args.out.Slice({0, 0, i0, 0},
+                           {p.batch, p.q_heads, edge_rows, p.head_dim});
+    a.k = args.k.Slice({0, 0, 0, 0}, {p.batch, p.kv_heads, sub_kv, p.head_dim});
+    a.v = args.v.Slice({0, 0, 0, 0}, {p.batch, p.kv_heads, sub_kv, p.head_dim});
+    if (!args.bias.is_null()) {
+      a.bias = args.bias.Slice(
+          {0, 0, i0, 0}, {p.batch, args.bias.shape[1], edge_rows, sub_kv});
+    }
+    ATTNKIT_RETURN_IF_ERROR(CompareRows(sub, a, i0));
+  }
+  return Status::Ok();
+}
+
+void FillFromPool(const TensorView& t, uint64_t salt) {
+  // 2^20 + 7 values: a prime-ish period so consecutive rows start at
+  // unrelated offsets.
+  static const std::vector<float> pool = [] {
+    std::vector<float> v((size_t{1} << 20) + 7);
+    Rng rng(0xA77E4B17u);
+    for (float& x : v) x = rng.Normal();
+    return v;
+  }();
+  const int64_t d = t.shape[3];
+  if (t.NumElements() == 0) return;
+  assert(t.strides[3] == 1 && d <= static_cast<int64_t>(pool.size()));
+  uint64_t row = salt * 0x9E3779B97F4A7C15ull;
+  const size_t span = pool.size() - static_cast<size_t>(d);
+  for (int64_t a = 0; a < t.shape[0]; ++a) {
+    for (int64_t b = 0; b < t.shape[1]; ++b) {
+      for (int64_t s = 0; s < t.shape[2]; ++s, row += 7919) {
+        const float* src = pool.data() + row % span;
+        const int64_t off = t.Offset(a, b, s, 0);
+        if (t.dtype == DType::kF32) {
+          std::memcpy(t.As<float>() + off, src, static_cast<size_t>(d) * 4);
+        } else {
+          bf16* dst = t.As<bf16>() + off;
+          for (int64_t i = 0; i < d; ++i) dst[i] = bf16::FromFloat(src[i]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::bench

@@ -1,0 +1,43 @@
+// The one-time output check of every kernel benchmark: a fast kernel that is
+// wrong must never post a good number. Compares a slice of the backend's
+// output with the f64 oracle.
+#ifndef ATTNKIT_BENCH_OUTPUT_CHECK_H_
+#define ATTNKIT_BENCH_OUTPUT_CHECK_H_
+
+#include <cstdint>
+
+#include "runtime/problem.h"
+#include "runtime/status.h"
+#include "runtime/tensor.h"
+
+namespace attnkit::bench {
+
+// |out - oracle| <= kCheckTolerance * (1 + |oracle|). A benchmark check exists
+// to catch a wrong kernel (wrong mask, head, scale or tile: errors of order
+// 0.1), not rounding, which the differential tester bounds precisely. f32
+// math over 32k keys errs by ~sqrt(32768) * 6e-8 ~ 1e-5; 2e-3 is half a bf16
+// ulp, far above that and far below a real bug.
+inline constexpr double kCheckTolerance = 2e-3;
+
+// Checks args.out of problem p against the oracle: every row when the oracle
+// work (rows x keys) is small, otherwise the first and last `edge_rows` query
+// rows of every (batch, head) -- the causal edges where masks go wrong. The
+// slice is a sub-problem with the same query positions (queries align to the
+// end of the context), so the oracle runs on it directly. FAILED_PRECONDITION
+// names the worst element on a mismatch.
+// `full_check_work` is the oracle work (batch x heads x rows x keys x dim)
+// up to which every row is checked (~0.2 s of f64 loops by default).
+inline constexpr double kFullCheckWork = 2e8;
+Status CheckAgainstOracle(const AttentionProblem& p, const AttentionArgs& args,
+                          int64_t edge_rows = 4,
+                          double full_check_work = kFullCheckWork);
+
+// Fills every element of a rank-4 view (dim 3 unit-stride) with N(0, 1)
+// values copied from a fixed seeded pool: memory-speed, so a 1 GB KV cache
+// is ready in a fraction of a second, and still reproducible. `salt` makes
+// tensors differ.
+void FillFromPool(const TensorView& t, uint64_t salt);
+
+}  // namespace attnkit::bench
+
+#endif  // ATTNKIT_BENCH_OUTPUT_CHECK_H_

@@ -1,0 +1,98 @@
+#include "bench/run_data.h"
+
+#include <gtest/gtest.h>
+
+#include "bench/testing_runs.h"
+
+namespace attnkit::bench {
+namespace {
+
+// The shape of attnkit_bench's real output (Google Benchmark 1.7.1): two
+// repetitions, their aggregates, a counter, an errored benchmark.
+constexpr const char* kJson = R"({
+  "context": {"date": "2026-11-21T05:05:34+00:00", "host_name": "vm",
+              "git_sha": "ad85c6274d75ea72f1d111f4c9f0451050fc125e",
+              "git_dirty": "1", "attnkit_quick": "1", "num_cpus": 2},
+  "benchmarks": [
+    {"name": "decode/reference/kv_len:512/real_time",
+     "run_name": "decode/reference/kv_len:512/real_time",
+     "run_type": "iteration", "repetitions": 2, "repetition_index": 0,
+     "threads": 1, "iterations": 18, "real_time": 7.5e+02,
+     "cpu_time": 7.4e+02, "time_unit": "us", "GBps": 5.5, "pct_peak": 15.4},
+    {"name": "decode/reference/kv_len:512/real_time",
+     "run_name": "decode/reference/kv_len:512/real_time",
+     "run_type": "iteration", "repetitions": 2, "repetition_index": 1,
+     "threads": 1, "iterations": 18, "real_time": 7.25e+02,
+     "cpu_time": 7.2e+02, "time_unit": "us", "GBps": 5.7, "pct_peak": 15.5},
+    {"name": "decode/reference/kv_len:512/real_time_mean",
+     "run_name": "decode/reference/kv_len:512/real_time",
+     "run_type": "aggregate", "aggregate_name": "mean", "iterations": 2,
+     "real_time": 7.4e+02, "cpu_time": 7.3e+02, "time_unit": "us",
+     "GBps": 5.6},
+    {"name": "prefill/x/S:128/real_time", "run_name": "prefill/x/S:128/real_time",
+     "run_type": "iteration", "error_occurred": true,
+     "error_message": "output mismatch at [b=0,h=3,i=0,d=1]",
+     "iterations": 0, "real_time": 0, "cpu_time": 0, "time_unit": "ms"}
+  ]})";
+
+TEST(RunDataTest, ParsesRepetitionsCountersContextAndErrors) {
+  auto run = ParseGoogleBenchmarkJson(kJson, "a.json");
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->info.sha, "ad85c6274d75ea72f1d111f4c9f0451050fc125e");
+  EXPECT_TRUE(run->info.dirty);
+  EXPECT_TRUE(run->info.quick);
+  EXPECT_EQ(run->info.host, "vm");
+  EXPECT_EQ(run->info.date, "2026-11-21T05:05:34+00:00");
+  EXPECT_EQ(run->info.source, "a.json");
+  EXPECT_EQ(ContextValue(run->info, "host_name"), "vm");
+  EXPECT_EQ(ContextValue(run->info, "num_cpus"), "?");  // not a string
+  EXPECT_EQ(ContextValue(run->info, "absent", "-"), "-");
+  ASSERT_EQ(run->benchmarks.size(), 2u);
+  const BenchmarkSamples& d =
+      run->benchmarks.at("decode/reference/kv_len:512/real_time");
+  // Times in ns (time_unit us), aggregates ignored: two values, not three.
+  EXPECT_EQ(d.metrics.at(std::string(kTimeMetric)),
+            (std::vector<double>{7.5e5, 7.25e5}));
+  EXPECT_EQ(d.metrics.at("cpu_time_ns"), (std::vector<double>{7.4e5, 7.2e5}));
+  EXPECT_EQ(d.metrics.at("GBps"), (std::vector<double>{5.5, 5.7}));
+  EXPECT_EQ(d.metrics.count("iterations"), 0u);
+  EXPECT_EQ(d.metrics.count("repetition_index"), 0u);
+  const BenchmarkSamples& e = run->benchmarks.at("prefill/x/S:128/real_time");
+  EXPECT_EQ(e.error, "output mismatch at [b=0,h=3,i=0,d=1]");
+  EXPECT_TRUE(e.metrics.empty());
+}
+
+TEST(RunDataTest, RejectsMalformedInput) {
+  auto r = ParseGoogleBenchmarkJson("{not json", "bad.json");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("bad.json"), std::string::npos);
+  r = ParseGoogleBenchmarkJson(R"({"context": {}})", "x.json");
+  EXPECT_NE(r.status().message().find("'benchmarks'"), std::string::npos);
+  r = ParseGoogleBenchmarkJson(
+      R"({"benchmarks": [{"name": "a", "real_time": 1, "time_unit": "min"}]})",
+      "x.json");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("time_unit='min'"), std::string::npos);
+  r = ParseGoogleBenchmarkJson(R"({"benchmarks": [{"name": "a"}]})", "x.json");
+  EXPECT_NE(r.status().message().find("'a' has no numeric real_time"),
+            std::string::npos);
+}
+
+TEST(RunDataTest, ExportRoundTrips) {
+  testing::Plant plant;
+  plant.error["decode/reference/kv_len:4096/bf16:0/batch:1/real_time"] = "bad";
+  const RunData a =
+      testing::SyntheticRun("abc123", "2026-01-01T00:00:00", 7, 9, plant);
+  auto b = ParseGoogleBenchmarkJson(ToGoogleBenchmarkJson(a), "rt");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->info.sha, "abc123");
+  EXPECT_EQ(b->info.host, "testhost");
+  ASSERT_EQ(b->benchmarks.size(), a.benchmarks.size());
+  for (const auto& [name, s] : a.benchmarks) {
+    EXPECT_EQ(b->benchmarks.at(name).metrics, s.metrics) << name;
+    EXPECT_EQ(b->benchmarks.at(name).error, s.error) << name;
+  }
+}
+
+}  // namespace
+}  // namespace attnkit::bench

@@ -1,0 +1,83 @@
+// Synthetic benchmark runs for the tests of the store, the gate and the
+// dashboard: nothing is timed; repetitions are drawn from a seeded
+// distribution so a planted change is known exactly.
+#ifndef ATTNKIT_BENCH_TESTING_RUNS_H_
+#define ATTNKIT_BENCH_TESTING_RUNS_H_
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "bench/run_data.h"
+#include "runtime/random.h"
+
+namespace attnkit::bench::testing {
+
+struct Plant {
+  std::map<std::string, double> slowdown;     // benchmark -> time factor
+  std::map<std::string, double> extra_alloc;  // benchmark -> added per step
+  std::map<std::string, double> extra_bytes;  // benchmark -> added per step
+  std::map<std::string, std::string> error;   // benchmark -> error message
+};
+
+// Names of the synthetic suite; decode_step ones carry the exact counters.
+inline const char* const kSyntheticBenchmarks[] = {
+    "prefill/reference/S:128/d:64/causal:0/hkv:8/real_time",
+    "prefill/reference/S:2048/d:128/causal:1/hkv:8/real_time",
+    "decode/reference/kv_len:4096/bf16:0/batch:1/real_time",
+    "decode_step/reference/len:512/inplace:0/real_time",
+    "decode_step/reference/len:512/inplace:1/real_time",
+};
+
+// A run of every synthetic benchmark with `reps` repetitions whose times are
+// base * (1 + 1.5% noise) (the noise of a quiet machine), times the planted
+// slowdown. `seed` draws the noise: two seeds give two honest reruns.
+inline RunData SyntheticRun(const std::string& sha, const std::string& date,
+                            uint64_t seed, int reps = 9,
+                            const Plant& plant = {}) {
+  RunData run;
+  run.info.sha = sha;
+  run.info.date = date;
+  run.info.host = "testhost";
+  run.info.source = "synthetic-" + sha;
+  Rng rng(seed);
+  double base_ns = 1.0e5;
+  for (const char* name : kSyntheticBenchmarks) {
+    base_ns *= 3.7;
+    BenchmarkSamples s;
+    if (auto e = plant.error.find(name); e != plant.error.end()) {
+      s.error = e->second;
+      run.benchmarks[name] = s;
+      continue;
+    }
+    double factor = 1;
+    if (auto f = plant.slowdown.find(name); f != plant.slowdown.end()) {
+      factor = f->second;
+    }
+    const std::string n = name;
+    const bool step = n.rfind("decode_step/", 0) == 0;
+    for (int r = 0; r < reps; ++r) {
+      const double t = base_ns * factor * (1 + 0.015 * std::fabs(rng.Normal()));
+      s.metrics[std::string(kTimeMetric)].push_back(t);
+      s.metrics["GFLOPS"].push_back(1e3 / t * 1e3);
+      if (step) {
+        double allocs = n.find("inplace:1") != std::string::npos ? 0 : 2;
+        double bytes =
+            n.find("inplace:1") != std::string::npos ? 8192 : 4202496;
+        if (auto a = plant.extra_alloc.find(name); a != plant.extra_alloc.end())
+          allocs += a->second;
+        if (auto b = plant.extra_bytes.find(name); b != plant.extra_bytes.end())
+          bytes += b->second;
+        s.metrics["allocs_per_step"].push_back(allocs);
+        s.metrics["bytes_copied_per_step"].push_back(bytes);
+      }
+    }
+    run.benchmarks[name] = s;
+  }
+  return run;
+}
+
+}  // namespace attnkit::bench::testing
+
+#endif  // ATTNKIT_BENCH_TESTING_RUNS_H_
