@@ -20,6 +20,7 @@
 #include "harness/plugin.h"
 #include "harness/report.h"
 #include "runtime/backend.h"
+#include "runtime/parse.h"
 
 namespace attnkit {
 namespace {
@@ -85,15 +86,6 @@ int Bad(std::string_view flag, std::string_view value, std::string_view why) {
   return 2;
 }
 
-std::optional<uint64_t> ParseU64(std::string_view s) {
-  uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
-    return std::nullopt;
-  }
-  return v;
-}
-
 std::vector<std::string> Split(std::string_view s, char sep) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -135,11 +127,11 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
       if (!t.ok()) return Bad(flag, value, "not smoke|default|long");
       f.campaign.tier = *t;
     } else if (flag == "--seed") {
-      auto n = ParseU64(value);
+      auto n = ParseUint64(value);
       if (!n) return Bad(flag, value, "not a non-negative integer");
       f.campaign.seed = *n;
     } else if (flag == "--cases") {
-      auto n = ParseU64(value);
+      auto n = ParseUint64(value);
       if (!n || *n > (uint64_t{1} << 40)) {
         return Bad(flag, value, "not an integer in [0, 2^40]");
       }
@@ -162,10 +154,10 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
       f.backends = std::move(names);
     } else if (flag == "--shard") {
       const size_t slash = value.find('/');
-      auto i_ = ParseU64(std::string_view(value).substr(0, slash));
+      auto i_ = ParseUint64(std::string_view(value).substr(0, slash));
       auto n_ = slash == std::string::npos
                     ? std::nullopt
-                    : ParseU64(std::string_view(value).substr(slash + 1));
+                    : ParseUint64(std::string_view(value).substr(slash + 1));
       if (!i_ || !n_ || *n_ < 1 || *i_ >= *n_ || *n_ > (1u << 20)) {
         return Bad(flag, value, "not i/n with 0 <= i < n");
       }
@@ -193,7 +185,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
   const char* total = std::getenv("GTEST_TOTAL_SHARDS");
   const char* index = std::getenv("GTEST_SHARD_INDEX");
   if (!shard_given && total != nullptr && index != nullptr) {
-    auto n = ParseU64(total), i_ = ParseU64(index);
+    auto n = ParseUint64(total), i_ = ParseUint64(index);
     if (!n || !i_ || *n < 1 || *i_ >= *n || *n > (1u << 20)) {
       return Bad("GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS",
                  std::string(index) + "/" + total, "not i/n with 0 <= i < n");

@@ -10,18 +10,10 @@
 
 #include "reference/oracle.h"
 #include "runtime/accounting.h"
+#include "runtime/parse.h"
 
 namespace attnkit::harness {
 namespace {
-
-std::optional<int64_t> ParseInt(std::string_view s) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
-    return std::nullopt;
-  }
-  return v;
-}
 
 Status BadFlag(std::string_view flag, std::string_view value,
                std::string_view why) {
@@ -249,7 +241,7 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
                                      std::string(arg) + "'");
     }
     auto positive = [&](int64_t& out, int64_t max) -> Status {
-      const auto v = ParseInt(value);
+      const auto v = ParseInt64(value);
       if (!v || *v < 1 || *v > max) {
         return BadFlag(
             flag, value,
@@ -273,7 +265,7 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
     } else if (flag == "--steps") {
       ATTNKIT_RETURN_IF_ERROR(positive(o.config.steps, kBig));
     } else if (flag == "--seed") {
-      const auto v = ParseInt(value);
+      const auto v = ParseInt64(value);
       if (!v || *v < 0) {
         return BadFlag(flag, value, "must be a non-negative integer");
       }
@@ -284,7 +276,7 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
       while (true) {
         const size_t comma = rest.find(',');
         const std::string_view item = rest.substr(0, comma);
-        const auto v = ParseInt(item);
+        const auto v = ParseInt64(item);
         if (!v || *v < 0 || *v > kBig) {
           return BadFlag(flag, value,
                          "'" + std::string(item) +

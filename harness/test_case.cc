@@ -6,17 +6,10 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/parse.h"
+
 namespace attnkit::harness {
 namespace {
-
-std::optional<uint64_t> ParseU64(std::string_view s) {
-  uint64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
-    return std::nullopt;
-  }
-  return v;
-}
 
 // Per-tier size caps. The oracle does every multiply-add in scalar f64 through
 // strided loads (~3-5 ns each here), and the naive reference materializes
@@ -307,7 +300,7 @@ StatusOr<TestCase> ParseTestCase(std::string_view text) {
         eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1);
     const std::string vs(val);
     if (key == "seed" || key == "index" || key == "pad" || key == "steps") {
-      auto n = ParseU64(val);
+      auto n = ParseUint64(val);
       if (!n) return bad(std::string(key) + "=" + vs + " is not an integer");
       if (key == "seed") {
         c.seed = *n;

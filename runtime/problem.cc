@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "runtime/parse.h"
+
 namespace attnkit {
 namespace {
 
@@ -33,15 +35,6 @@ std::optional<int64_t> CheckedProduct(std::initializer_list<int64_t> xs) {
     r = *m;
   }
   return r;
-}
-
-std::optional<int64_t> ParseInt(std::string_view s) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
-    return std::nullopt;
-  }
-  return v;
 }
 
 }  // namespace
@@ -291,9 +284,9 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
     size_t start = 0;
     while (true) {
       size_t end = v.find(':', start);
-      auto n = ParseInt(v.substr(start, end == std::string_view::npos
-                                            ? std::string_view::npos
-                                            : end - start));
+      auto n = ParseInt64(v.substr(start, end == std::string_view::npos
+                                              ? std::string_view::npos
+                                              : end - start));
       if (!n) return false;
       out->push_back(*n);
       if (end == std::string_view::npos) return true;
@@ -318,7 +311,7 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
     const std::string_view key = item.substr(0, eq), val = item.substr(eq + 1);
     const std::string ks(key), vs(val);
     auto int_field = [&](int64_t* dst) -> Status {
-      auto n = ParseInt(val);
+      auto n = ParseInt64(val);
       if (!n) return bad(ks + "=" + vs + " is not an integer");
       *dst = *n;
       return Status::Ok();
@@ -346,7 +339,7 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
       if (!m) return bad("mask=" + vs + " is not none|causal|window:W|bias");
       p.mask = *m;
       if (colon != std::string_view::npos) {
-        auto w = ParseInt(val.substr(colon + 1));
+        auto w = ParseInt64(val.substr(colon + 1));
         if (!w) return bad("mask=" + vs + " has a non-integer window");
         p.window = *w;
       }
