@@ -106,6 +106,37 @@ TEST(CompiledBackendTest, SweepAgainstOracle) {
   EXPECT_EQ(cases, 24);
 }
 
+// The decode kernel (q_len < 4: K/V rows streamed, softmax along keys) on
+// every mask x dtype x layout, head_dim not a multiple of 16 (tails), GQA
+// groups 1/2/4, ragged q_len 0..3 and kv_len straddling the 64-key tile.
+TEST(CompiledBackendTest, DecodeKernelSweepAgainstOracle) {
+  Rng shapes(13);
+  int cases = 0;
+  for (MaskKind mask :
+       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (KvLayout layout :
+           {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+        AttentionProblem p;
+        p.batch = 2;
+        p.kv_heads = shapes.Range(1, 2);
+        p.q_heads = p.kv_heads * (int64_t{1} << shapes.Range(0, 2));
+        p.head_dim = std::vector<int64_t>{8, 33, 64}[shapes.Below(3)];
+        p.mask = mask;
+        p.dtype = dtype;
+        p.layout = layout;
+        if (mask == MaskKind::kWindow)
+          p.window = shapes.Range(1, 70);
+        p.kv_lens = {shapes.Range(1, 150), shapes.Range(60, 140)};
+        p.q_lens = {shapes.Range(0, 3), 1};
+        ASSERT_EQ(specFor(p).queryTile, 1);
+        SCOPED_TRACE(p.ToString());
+        checkAgainstOracle(p, 100 + cases);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 24);
+}
+
 // Decode (q_len 1) with one head: fewer work items than threads, so the keys
 // are split (flash-decoding) and the partial (out, lse) pairs merged.
 TEST(CompiledBackendTest, SplitKvDecodeMatchesOracle) {
@@ -171,7 +202,12 @@ TEST(CompiledBackendTest, NoRecompileForNewLengthsAndNoHeapAllocations) {
   p.mask = MaskKind::kCausal;
   auto backend = MakeCompiledBackend();
   std::string err;
-  ASSERT_NE(globalKernelCache().get(specFor(p), err), nullptr) << err;
+  // Two kernels per specialization: decode (q_len < 4) and prefill.
+  for (int64_t q : {1, 64}) {
+    p.q_lens = {q};
+    p.kv_lens = {q};
+    ASSERT_NE(globalKernelCache().get(specFor(p), err), nullptr) << err;
+  }
   const int64_t compiles = globalKernelCache().compilations();
   const int64_t allocs = jitAllocationCounters().allocs.load();
   for (int64_t len : {1, 17, 64, 65, 200}) {

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 
 namespace attnkit::compiled {
 
@@ -46,6 +47,14 @@ void countingFree(void *p) {
   std::free(p);
 }
 
+/// CPU time of the calling thread: on this shared machine wall time of a
+/// compile mostly measures the other processes.
+double threadCpuMillis() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 void initNativeTargetOnce() {
   static const bool done = [] {
     llvm::InitializeNativeTarget();
@@ -68,6 +77,13 @@ std::unique_ptr<CompiledKernel>
 CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
                         std::string &error) {
   auto start = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  CompilePhases phases;
+  const double cpuStart = threadCpuMillis();
   initNativeTargetOnce();
   mlir::DialectRegistry registry;
   registerCompiledDialects(registry);
@@ -75,8 +91,9 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
   mlir::OwningOpRef<mlir::ModuleOp> module = buildNaiveAttention(ctx, spec);
   PipelineOptions pipeline;
-  pipeline.flash.queryTile = options.queryTile;
+  pipeline.flash.queryTile = spec.queryTile;
   pipeline.flash.kvTile = options.kvTile;
+  phases.buildMillis = since();
   std::string diag;
   {
     llvm::raw_string_ostream os(diag);
@@ -90,6 +107,7 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
     }
   }
 
+  phases.mlirMillis = since() - phases.buildMillis;
   // The host's CPU and features (AVX-512 here); the default TM would not
   // enable them.
   auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
@@ -117,7 +135,10 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   eo.transformer = transformer;
   eo.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
   eo.enableGDBNotificationListener = false;
-  eo.enablePerfNotificationListener = false;
+  // ATTNKIT_JIT_PERF=1 emits jitdump records (`perf record -k 1` + `perf
+  // inject --jit`) so profiles name the JIT'd code.
+  eo.enablePerfNotificationListener =
+      std::getenv("ATTNKIT_JIT_PERF") != nullptr;
   auto engine = mlir::ExecutionEngine::create(*module, eo, std::move(*tm));
   if (!engine) {
     error = "JIT of " + spec.key() + ": " + llvm::toString(engine.takeError());
@@ -134,13 +155,18 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
     add("_mlir_memref_to_llvm_free", &countingFree);
     return map;
   });
+  const double beforeCodegen = since();
   (*engine)->initialize();
   auto sym = (*engine)->lookup(std::string("_mlir_ciface_") + kKernelName);
   if (!sym) {
     error = "lookup: " + llvm::toString(sym.takeError());
     return nullptr;
   }
+  phases.llvmMillis = since() - phases.buildMillis - phases.mlirMillis;
+  phases.codegenMillis = since() - beforeCodegen;
+  phases.cpuMillis = threadCpuMillis() - cpuStart;
   std::unique_ptr<CompiledKernel> kernel(new CompiledKernel());
+  kernel->phases_ = phases;
   impl->engine = std::move(*engine);
   kernel->impl_ = std::move(impl);
   kernel->fn_ = reinterpret_cast<AttentionFn>(*sym);

@@ -31,11 +31,19 @@ using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
                              float scale, int64_t p0, int64_t window);
 
 struct CompileOptions {
-  int64_t queryTile = 16;
   int64_t kvTile = 64;
 };
 
 class CompiledKernel;
+
+/// Where the compile time of one kernel went (milliseconds).
+struct CompilePhases {
+  double buildMillis = 0;   // context + naive IR
+  double mlirMillis = 0;    // our passes and the MLIR lowering to LLVM dialect
+  double llvmMillis = 0;    // translation, LLVM optimization and codegen
+  double codegenMillis = 0; // of which: LLVM optimization + codegen (lookup)
+  double cpuMillis = 0;     // CPU time of the whole compile (one thread)
+};
 
 /// Heap allocations made by compiled code (through the
 /// `_mlir_memref_to_llvm_alloc` / `_free` hooks); the kernels are expected to
@@ -54,6 +62,7 @@ public:
   ~CompiledKernel();
   AttentionFn fn() const { return fn_; }
   double compileMillis() const { return compileMillis_; }
+  const CompilePhases &phases() const { return phases_; }
   const KernelSpec &spec() const { return spec_; }
 
   /// Builds, lowers and JIT-compiles `spec`. On failure returns null and sets
@@ -68,6 +77,7 @@ private:
   std::unique_ptr<Impl> impl_;
   AttentionFn fn_ = nullptr;
   double compileMillis_ = 0;
+  CompilePhases phases_;
   KernelSpec spec_;
 };
 

@@ -22,6 +22,10 @@ struct KernelSpec {
   bool vTransposed = false;
   /// Query heads sharing one KV head (GQA); 1 = MHA.
   int64_t group = 1;
+  /// Query rows per tile and query head: 16 (a multiple of the 16 f32 lanes)
+  /// selects the wide prefill micro-kernel, 1 the decode kernel that streams
+  /// K/V rows (see vectorize_flash_pass.cc).
+  int64_t queryTile = 16;
 
   std::string key() const {
     static constexpr const char *kMask[] = {"none", "causal", "window", "bias"};
@@ -32,6 +36,10 @@ struct KernelSpec {
     k += kMask[static_cast<int>(mask)];
     k += vTransposed ? "_vt_g" : "_v_g";
     k += std::to_string(group);
+    if (queryTile != 16) {
+      k += "_q";
+      k += std::to_string(queryTile);
+    }
     return k;
   }
   bool operator==(const KernelSpec &) const = default;

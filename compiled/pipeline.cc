@@ -32,6 +32,7 @@ namespace {
 // the statically shaped tensor.empty tiles back into dynamic ones, and
 // dynamic allocations cannot leave the loops.
 constexpr const char *kBufferizePipeline =
+    "func.func(attnkit-vectorize-flash),"
     "eliminate-empty-tensors,"
     "one-shot-bufferize,"
     "func.func(buffer-loop-hoisting,buffer-hoisting,"
@@ -44,7 +45,7 @@ constexpr const char *kBufferizePipeline =
 
 constexpr const char *kLLVMPipeline =
     "func.func(convert-vector-to-scf{full-unroll=1}),"
-    "convert-vector-to-llvm,"
+    "convert-vector-to-llvm{reassociate-fp-reductions=1},"
     "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
     "convert-math-to-llvm,convert-arith-to-llvm,convert-ub-to-llvm,"
     "convert-index-to-llvm,"
@@ -111,6 +112,7 @@ void registerCompiledPasses() {
     registerAllPasses();
     registerPass([] { return createFlashAttentionPass(); });
     registerPass([] { return createApproximateMathPass(); });
+    registerPass([] { return createVectorizeFlashPass(); });
     PassPipelineRegistration<>(
         "attnkit-lower-to-llvm",
         "Bufferize the flash form, lower to loops and to the LLVM dialect",

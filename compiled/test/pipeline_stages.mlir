@@ -18,13 +18,27 @@
 // FUSED: %[[LO:.*]] = arith.maxsi %{{.*}}, %[[LO1]] : index
 // FUSED: scf.for %{{.*}} = %[[LO]] to
 
-// VEC: memref.alloca() {{.*}} : memref<4x16x64xf32>
+// The vectorized stage: tiles are allocas at function entry (Qᵀ packed
+// [D][R], Sᵀ [BK][R], acc [R][D] for R = 4 heads x 16 rows), nothing on the
+// heap, no copies; QKᵀ is a d-loop carrying 4 keys x 4 row-vectors = 16
+// vector<16xf32> accumulators, then the online softmax on vectors, then P·V
+// as a key loop carrying 16 accumulators (4 rows x 64 columns).
+// VEC-DAG: memref.alloca() {{.*}} : memref<64x128xf32>
+// VEC-DAG: memref.alloca() {{.*}} : memref<64x64xf32>
+// VEC-DAG: memref.alloca() {{.*}} : memref<128x64xf32>
 // VEC-NOT: memref.alloc(
 // VEC-NOT: memref.copy
-// VEC: scf.for
+// VEC: scf.for %[[I0:.*]] = %c0 to %{{.*}} step %c16 {
+// VEC-NOT: memref.alloca
+// VEC: scf.for %[[J0:.*]] = %c0 to %{{.*}} step %c64 {
+// VEC: scf.for {{.*}} = %c0 to %c128 step %c1 iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// VEC-COUNT-16: vector.fma
+// VEC: arith.maximumf {{.*}} : vector<16xf32>
+// VEC: scf.for {{.*}} iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// VEC-COUNT-16: vector.fma
+// VEC-NOT: math.exp2
 // VEC-NOT: memref.alloca
 // VEC-NOT: memref.alloc(
-// VEC-NOT: math.exp2
 // VEC: return
 
 // LLVM: llvm.func @attention(
