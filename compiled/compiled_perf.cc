@@ -60,7 +60,42 @@ void timeOnce(Backend &b, const AttentionProblem &p, const AttentionArgs &a,
 
 } // namespace
 
+/// `compiled_perf jit N`: compiles N specializations at LLVM -O2 and -O3,
+/// alternating, each in a fresh cache; prints median wall and CPU ms.
+int jitMode(int n) {
+  std::vector<double> wall[2], cpu[2];
+  const compiled::MaskType masks[] = {compiled::MaskType::kNone,
+                                      compiled::MaskType::kCausal};
+  for (int i = 0; i < n; ++i)
+    for (int o = 0; o < 2; ++o) {
+      compiled::CompileOptions opts;
+      opts.llvmOptLevel = o == 0 ? 2 : 3;
+      compiled::KernelCache cache(opts);
+      compiled::KernelSpec spec;
+      spec.headDim = i % 2 ? 128 : 64;
+      spec.mask = masks[(i / 2) % 2];
+      spec.group = 4;
+      spec.queryTile = (i / 4) % 2 ? 1 : 16;
+      std::string err;
+      const compiled::CompiledKernel *k = cache.get(spec, err);
+      if (!k) {
+        std::fprintf(stderr, "%s\n", err.c_str());
+        return 1;
+      }
+      wall[o].push_back(k->compileMillis());
+      cpu[o].push_back(k->phases().cpuMillis);
+    }
+  for (int o = 0; o < 2; ++o)
+    std::printf("LLVM -O%d: JIT compile median %.0f ms wall, %.0f ms CPU "
+                "(%d kernels)\n",
+                o == 0 ? 2 : 3, Timing::median(wall[o]), Timing::median(cpu[o]),
+                n);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && std::string(argv[1]) == "jit")
+    return jitMode(argc > 2 ? std::atoi(argv[2]) : 8);
   AttentionProblem p;
   p.q_heads = argc > 1 ? std::atoi(argv[1]) : 8;
   p.kv_heads = argc > 2 ? std::atoi(argv[2]) : 2;
@@ -105,9 +140,9 @@ int main(int argc, char **argv) {
       std::printf("  JIT %s: %.0f ms wall, %.0f ms CPU (wall: build %.0f, "
                   "MLIR passes %.0f, LLVM %.0f of which opt+codegen %.0f)\n",
                   k->spec().key().c_str(), k->compileMillis(),
-                  k->phases().cpuMillis,
-                  k->phases().buildMillis, k->phases().mlirMillis,
-                  k->phases().llvmMillis, k->phases().codegenMillis);
+                  k->phases().cpuMillis, k->phases().buildMillis,
+                  k->phases().mlirMillis, k->phases().llvmMillis,
+                  k->phases().codegenMillis);
   }
   std::printf("  compiled  wall %8.2f ms  cpu %8.2f ms  %6.1f GFLOP/s wall  "
               "%6.1f GFLOP/cpu-s  K+V %5.1f GB/s wall\n",

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 
 namespace attnkit::compiled {
 
@@ -110,12 +111,23 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   phases.mlirMillis = since() - phases.buildMillis;
   // The host's CPU and features (AVX-512 here); the default TM would not
   // enable them.
-  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!jtmb) {
-    error = llvm::toString(jtmb.takeError());
+  // Detected once per process (host CPU name + feature string parsing).
+  static const std::optional<llvm::orc::JITTargetMachineBuilder> host =
+      []() -> std::optional<llvm::orc::JITTargetMachineBuilder> {
+    auto b = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!b) {
+      llvm::consumeError(b.takeError());
+      return std::nullopt;
+    }
+    b->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    return std::move(*b);
+  }();
+  if (!host) {
+    error = "cannot detect the host CPU";
     return nullptr;
   }
-  jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  llvm::orc::JITTargetMachineBuilder jtmbCopy = *host;
+  auto *jtmb = &jtmbCopy;
   // Two target machines: ExecutionEngine::create consumes (and destroys, when
   // it returns) the one it is given, but the optimizing transformer runs
   // later, when lookup() materializes the module, so its TM must outlive
@@ -130,7 +142,8 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   }
   auto impl = std::make_unique<Impl>();
   impl->optTm = std::move(*optTm);
-  auto transformer = mlir::makeOptimizingTransformer(3, 0, impl->optTm.get());
+  auto transformer = mlir::makeOptimizingTransformer(options.llvmOptLevel, 0,
+                                                     impl->optTm.get());
   mlir::ExecutionEngineOptions eo;
   eo.transformer = transformer;
   eo.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;

@@ -32,6 +32,8 @@ using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
 
 struct CompileOptions {
   int64_t kvTile = 64;
+  /// LLVM IR optimization level of the JIT (0-3).
+  unsigned llvmOptLevel = 3;
 };
 
 class CompiledKernel;
