@@ -2,8 +2,9 @@
 // `-emit=` style:
 //   attnkit-compile --stage fused --heads 32 --kv-heads 8 --head-dim 128
 //       --mask causal --dtype bf16 --layout tv
-// Lengths (--batch --q-len --kv-len) are accepted for symmetry with the other
-// subcommands but never change the IR: sequence dims are dynamic.
+// Lengths (--batch --kv-len) are accepted for symmetry with the other
+// subcommands but never change the IR: sequence dims are dynamic. --q-len
+// picks the kernel family (decode below 4 rows), as the backend does.
 #include "compiled/ir_builder.h"
 #include "compiled/pipeline.h"
 
@@ -32,11 +33,17 @@ static cl::opt<std::string> layoutOpt("layout", cl::desc("bhsd|bshd|tv"),
                                       cl::init("bhsd"));
 static cl::opt<int64_t> batch("batch", cl::desc("ignored by the IR"),
                               cl::init(1));
-static cl::opt<int64_t> qLen("q-len", cl::desc("ignored by the IR"),
-                             cl::init(1));
+static cl::opt<int64_t> qLen("q-len",
+                             cl::desc("selects the decode (< 4) or prefill "
+                                      "kernel; the IR has dynamic lengths"),
+                             cl::init(16));
 static cl::opt<int64_t> kvLen("kv-len", cl::desc("ignored by the IR"),
                               cl::init(1));
-static cl::opt<int64_t> queryTile("query-tile", cl::init(16));
+static cl::opt<int64_t>
+    queryTile("query-tile",
+              cl::desc("query rows per tile (default: what the backend uses "
+                       "for --q-len: 1 below 4 rows, else 16)"),
+              cl::init(16));
 static cl::opt<int64_t> kvTile("kv-tile", cl::init(64));
 static cl::opt<bool> printAfterAll("print-ir-after-all",
                                    cl::desc("print the IR after every pass"),
@@ -87,7 +94,8 @@ int main(int argc, char **argv) {
   mlir::MLIRContext ctx(registry);
   auto module = buildNaiveAttention(ctx, spec);
   PipelineOptions options;
-  options.flash.queryTile = queryTile;
+  options.flash.queryTile =
+      queryTile.getNumOccurrences() ? queryTile : queryTileFor(qLen);
   options.flash.kvTile = kvTile;
   options.printIrAfterAll = printAfterAll;
   if (mlir::failed(lowerToStage(*module, *stage, options)))

@@ -9,13 +9,6 @@
 
 namespace attnkit::compiled {
 
-namespace {
-/// Below this many query rows per sequence the decode kernel wins: it reads
-/// K/V once per query row, the wide kernel once per 16 rows but with 16 rows
-/// of work.
-constexpr int64_t kDecodeMaxQueries = 4;
-} // namespace
-
 KernelSpec specFor(const AttentionProblem &p) {
   KernelSpec s;
   s.headDim = p.head_dim;
@@ -36,13 +29,10 @@ KernelSpec specFor(const AttentionProblem &p) {
   }
   s.vTransposed = p.layout == KvLayout::kTransposedV;
   s.group = p.group_size();
-  // Decode-like problems take the kernel that streams K/V rows for few query
-  // rows; the wide kernel would pad every query tile to 16 rows (16x the
-  // FLOPs of a decode step, which then stops being bandwidth-bound).
   int64_t maxQ = 0;
   for (int64_t q : p.q_lens)
     maxQ = std::max(maxQ, q);
-  s.queryTile = maxQ < kDecodeMaxQueries ? 1 : 16;
+  s.queryTile = queryTileFor(maxQ);
   return s;
 }
 

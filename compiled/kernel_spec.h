@@ -11,6 +11,18 @@ namespace attnkit::compiled {
 enum class ElemType { kF32, kBF16 };
 enum class MaskType { kNone, kCausal, kWindow, kBias };
 
+/// Below this many query rows per sequence the decode kernel (query tile 1)
+/// wins: it reads K/V once per query row; the wide kernel reads them once per
+/// 16 rows but pads every tile to 16 rows of work (16x the FLOPs of a decode
+/// step, which then stops being bandwidth-bound).
+inline constexpr int64_t kDecodeMaxQueries = 4;
+
+/// The query tile the backend uses for a problem whose longest query block
+/// has `maxQueries` rows.
+inline int64_t queryTileFor(int64_t maxQueries) {
+  return maxQueries < kDecodeMaxQueries ? 1 : 16;
+}
+
 /// Everything the generated code is specialized on. Sequence lengths, strides,
 /// the causal offset, the window width and the scale are run-time arguments:
 /// a new length never recompiles.
