@@ -12,6 +12,10 @@
 #include <mutex>
 #include <string>
 
+namespace mlir {
+class ModuleOp;
+} // namespace mlir
+
 namespace attnkit::compiled {
 
 /// The MLIR memref descriptor of rank N (`StridedMemRefType` of
@@ -29,6 +33,11 @@ using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
                              MemRefDesc<2> *v, MemRefDesc<3> *bias,
                              MemRefDesc<3> *out, MemRefDesc<2> *lse,
                              float scale, int64_t p0, int64_t window);
+
+/// `_mlir_ciface_kv_append`, see buildKvAppend: copies new tokens [0, n) of
+/// (b, h) to positions [pos, pos + n) of the cache.
+using AppendFn = void (*)(MemRefDesc<4> *cache, MemRefDesc<4> *tokens,
+                          int64_t b, int64_t h, int64_t pos, int64_t n);
 
 struct CompileOptions {
   int64_t kvTile = 64;
@@ -62,7 +71,10 @@ AllocationCounters &jitAllocationCounters();
 class CompiledKernel {
 public:
   ~CompiledKernel();
-  AttentionFn fn() const { return fn_; }
+  /// The attention entry point (kernels from `compile`).
+  AttentionFn fn() const { return reinterpret_cast<AttentionFn>(entry_); }
+  /// The KV-append entry point (kernels from `compileAppend`).
+  AppendFn appendFn() const { return reinterpret_cast<AppendFn>(entry_); }
   double compileMillis() const { return compileMillis_; }
   const CompilePhases &phases() const { return phases_; }
   const KernelSpec &spec() const { return spec_; }
@@ -72,12 +84,21 @@ public:
   static std::unique_ptr<CompiledKernel> compile(const KernelSpec &spec,
                                                  const CompileOptions &options,
                                                  std::string &error);
+  static std::unique_ptr<CompiledKernel>
+  compileAppend(const AppendSpec &spec, const CompileOptions &options,
+                std::string &error);
+
+  struct Impl;
 
 private:
-  struct Impl;
   CompiledKernel() = default;
+  static std::unique_ptr<Impl> jitLowered(mlir::ModuleOp module,
+                                          const std::string &symbol,
+                                          unsigned optLevel, void *&entry,
+                                          std::string &error,
+                                          double &codegenMillis);
   std::unique_ptr<Impl> impl_;
-  AttentionFn fn_ = nullptr;
+  void *entry_ = nullptr;
   double compileMillis_ = 0;
   CompilePhases phases_;
   KernelSpec spec_;
@@ -92,6 +113,8 @@ public:
   explicit KernelCache(CompileOptions options = {}) : options_(options) {}
   /// Null on failure, with `error` set.
   const CompiledKernel *get(const KernelSpec &spec, std::string &error);
+  /// The KV-append kernel of `spec` (same cache, same once-per-key rule).
+  const CompiledKernel *getAppend(const AppendSpec &spec, std::string &error);
   int64_t compilations() const { return compilations_.load(); }
 
 private:
@@ -100,6 +123,7 @@ private:
     std::unique_ptr<CompiledKernel> kernel;
     std::string error;
   };
+  Entry *entry(const std::string &key);
   CompileOptions options_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;

@@ -57,6 +57,30 @@ struct KernelSpec {
   bool operator==(const KernelSpec &) const = default;
 };
 
+/// The specialization of one compiled KV-append kernel: it copies the new
+/// tokens of one (batch, kv head) into the cache, in the cache's layout.
+struct AppendSpec {
+  int64_t headDim = 64;
+  ElemType elem = ElemType::kF32;
+  /// Cache layout: unit stride along head_dim (BHSD, BSHD and K of
+  /// transposed-V), along the sequence (V of transposed-V), or neither.
+  enum class Unit { kDim, kSeq, kNone };
+  Unit cacheUnit = Unit::kDim;
+  /// New tokens: unit stride along head_dim (the usual case) or any strides.
+  bool tokensDimUnit = true;
+
+  std::string key() const {
+    static constexpr const char *kUnit[] = {"dim", "seq", "none"};
+    std::string k = "append_d";
+    k += std::to_string(headDim);
+    k += elem == ElemType::kF32 ? "_f32_cache_" : "_bf16_cache_";
+    k += kUnit[static_cast<int>(cacheUnit)];
+    k += tokensDimUnit ? "_tok_dim" : "_tok_none";
+    return k;
+  }
+  bool operator==(const AppendSpec &) const = default;
+};
+
 } // namespace attnkit::compiled
 
 #endif // ATTNKIT_COMPILED_KERNEL_SPEC_H_

@@ -134,6 +134,17 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
   return runPipeline(module, kLLVMPipeline, options);
 }
 
+LogicalResult lowerAppendToLLVM(ModuleOp module) {
+  registerCompiledPasses();
+  module.walk([](func::FuncOp fn) {
+    fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                UnitAttr::get(fn.getContext()));
+  });
+  return runPipeline(
+      module,
+      std::string("func.func(convert-linalg-to-loops),") + kLLVMPipeline, {});
+}
+
 void registerCompiledPasses() {
   static const bool once = [] {
     // The textual pipelines below name upstream passes.
