@@ -1,5 +1,6 @@
 #include "compiled/compiled_backend.h"
 
+#include "compiled/aot.h"
 #include "compiled/jit.h"
 #include "reference/oracle.h"
 #include "runtime/random.h"
@@ -287,6 +288,79 @@ TEST(CompiledBackendTest, AppendKvBitExactWithStridedAppend) {
   EXPECT_EQ(
       backend->AppendKv({kc.view, vc.view, nk.view, nk.view, pos, lens}).code(),
       StatusCode::kOutOfRange);
+}
+
+// The kernels compiled ahead of time (build-time attnkit-compile + clang-22)
+// are served without JIT, and agree with the JIT'd kernels of the same
+// specialization and with the oracle — prefill and decode kernels.
+TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
+  if (aotKernels().empty())
+    GTEST_SKIP() << "built with ATTNKIT_AOT_KERNELS=OFF";
+  struct Case {
+    int64_t d, g, q, n;
+    DType dtype;
+    MaskKind mask;
+  };
+  for (const Case &c : {Case{64, 1, 70, 150, DType::kF32, MaskKind::kCausal},
+                        Case{128, 4, 1, 300, DType::kBF16, MaskKind::kNone}}) {
+    AttentionProblem p;
+    p.q_heads = c.g;
+    p.head_dim = c.d;
+    p.q_lens = {c.q};
+    p.kv_lens = {c.n};
+    p.dtype = c.dtype;
+    p.mask = c.mask;
+    SCOPED_TRACE(p.ToString());
+    const KernelSpec spec = specFor(p);
+    CompileOptions aotOpts, jitOpts;
+    jitOpts.useAot = false;
+    KernelCache aotCache(aotOpts), jitCache(jitOpts);
+    std::string err;
+    const CompiledKernel *aot = aotCache.get(spec, err);
+    const CompiledKernel *jit = jitCache.get(spec, err);
+    ASSERT_NE(aot, nullptr) << err;
+    ASSERT_NE(jit, nullptr) << err;
+    EXPECT_TRUE(aot->aot()) << spec.key() << " is not among the AOT kernels";
+    EXPECT_FALSE(jit->aot());
+    EXPECT_EQ(aotCache.compilations(), 0);
+    EXPECT_EQ(jitCache.compilations(), 1);
+
+    auto data = AttentionData::Create(p);
+    ASSERT_TRUE(data.ok());
+    Rng values(17);
+    data->Fill(p, values);
+    const AttentionArgs &a = data->args();
+    std::vector<float> outJit(c.g * c.q * c.d), lse(c.g * c.q);
+    auto run = [&](AttentionFn fn, float *out) {
+      MemRefDesc<3> qd{a.q.data,
+                       a.q.data,
+                       0,
+                       {c.g, c.q, c.d},
+                       {a.q.strides[1], a.q.strides[2], 1}};
+      MemRefDesc<2> kd{a.k.data, a.k.data, 0, {c.n, c.d}, {a.k.strides[2], 1}};
+      MemRefDesc<2> vd{a.v.data, a.v.data, 0, {c.n, c.d}, {a.v.strides[2], 1}};
+      MemRefDesc<3> bd{out, out, 0, {c.g, 0, 0}, {0, 0, 1}};
+      MemRefDesc<3> od{out, out, 0, {c.g, c.q, c.d}, {c.q * c.d, c.d, 1}};
+      MemRefDesc<2> ld{lse.data(), lse.data(), 0, {c.g, c.q}, {c.q, 1}};
+      fn(&qd, &kd, &vd, &bd, &od, &ld, p.EffectiveScale(), c.n - c.q, 0);
+    };
+    ASSERT_EQ(a.out.strides[3], 1);
+    ASSERT_EQ(a.out.strides[2], c.d);
+    ASSERT_EQ(a.out.strides[1], c.q * c.d);
+    run(aot->fn(), static_cast<float *>(a.out.data));
+    run(jit->fn(), outJit.data());
+    std::vector<double> truth;
+    ASSERT_TRUE(reference::OracleAttention(p, a, &truth).ok());
+    std::string where;
+    EXPECT_LE(maxError(p, a.out, truth, &where), kTol) << "AOT, at " << where;
+    // Two compilers (clang -O3 vs the JIT's LLVM pipeline) of one IR: equal
+    // to f32 rounding.
+    const float *outAot = static_cast<const float *>(a.out.data);
+    for (size_t i = 0; i < outJit.size(); ++i)
+      ASSERT_NEAR(outAot[i], outJit[i],
+                  1e-6f * std::max(1.0f, std::fabs(outJit[i])))
+          << "element " << i;
+  }
 }
 
 TEST(CompiledBackendTest, KernelCacheIsThreadSafe) {

@@ -1,5 +1,6 @@
 #include "compiled/jit.h"
 
+#include "compiled/aot.h"
 #include "compiled/ir_builder.h"
 #include "compiled/pipeline.h"
 
@@ -66,6 +67,16 @@ void initNativeTargetOnce() {
 }
 
 } // namespace
+
+// The same hooks under their own names for the AOT objects, which reference
+// them directly (the JIT maps them explicitly, see registerSymbols).
+extern "C" {
+void *_mlir_memref_to_llvm_alloc(size_t size) { return countingAlloc(size); }
+void *_mlir_memref_to_llvm_aligned_alloc(size_t alignment, size_t size) {
+  return countingAlignedAlloc(alignment, size);
+}
+void _mlir_memref_to_llvm_free(void *p) { countingFree(p); }
+}
 
 struct CompiledKernel::Impl {
   std::unique_ptr<llvm::TargetMachine> optTm; // used by the -O3 transformer
@@ -273,6 +284,16 @@ const CompiledKernel *KernelCache::get(const KernelSpec &spec,
                                        std::string &error) {
   Entry *entry = this->entry(spec.key());
   std::call_once(entry->once, [&] {
+    if (options_.useAot) {
+      const std::string key = spec.key();
+      for (const AotKernel &k : aotKernels())
+        if (key == k.key) {
+          entry->kernel.reset(new CompiledKernel());
+          entry->kernel->entry_ = k.entry;
+          entry->kernel->spec_ = spec;
+          return;
+        }
+    }
     compilations_.fetch_add(1);
     entry->kernel = CompiledKernel::compile(spec, options_, entry->error);
   });

@@ -43,6 +43,9 @@ struct CompileOptions {
   int64_t kvTile = 64;
   /// LLVM IR optimization level of the JIT (0-3).
   unsigned llvmOptLevel = 3;
+  /// Serve the kernels compiled ahead of time (aot.h) instead of JIT-ing
+  /// their specializations.
+  bool useAot = true;
 };
 
 class CompiledKernel;
@@ -77,6 +80,8 @@ public:
   AppendFn appendFn() const { return reinterpret_cast<AppendFn>(entry_); }
   double compileMillis() const { return compileMillis_; }
   const CompilePhases &phases() const { return phases_; }
+  /// Compiled ahead of time (linked in), not by the JIT.
+  bool aot() const { return impl_ == nullptr; }
   const KernelSpec &spec() const { return spec_; }
 
   /// Builds, lowers and JIT-compiles `spec`. On failure returns null and sets
@@ -91,6 +96,7 @@ public:
   struct Impl;
 
 private:
+  friend class KernelCache; // wraps AOT entry points
   CompiledKernel() = default;
   static std::unique_ptr<Impl> jitLowered(mlir::ModuleOp module,
                                           const std::string &symbol,
@@ -115,6 +121,7 @@ public:
   const CompiledKernel *get(const KernelSpec &spec, std::string &error);
   /// The KV-append kernel of `spec` (same cache, same once-per-key rule).
   const CompiledKernel *getAppend(const AppendSpec &spec, std::string &error);
+  /// JIT compilations (AOT kernels served do not count).
   int64_t compilations() const { return compilations_.load(); }
 
 private:
