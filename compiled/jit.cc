@@ -201,7 +201,6 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
 
   phases.mlirMillis = since() - phases.buildMillis;
   void *entry = nullptr;
-  const double beforeLlvm = since();
   std::unique_ptr<Impl> impl =
       jitLowered(*module, kKernelName, options.llvmOptLevel, entry, error,
                  phases.codegenMillis);
@@ -209,7 +208,6 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
     error = spec.key() + ": " + error;
     return nullptr;
   }
-  (void)beforeLlvm;
   phases.llvmMillis = since() - phases.buildMillis - phases.mlirMillis;
   phases.cpuMillis = threadCpuMillis() - cpuStart;
   std::unique_ptr<CompiledKernel> kernel(new CompiledKernel());
