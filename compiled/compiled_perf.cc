@@ -71,6 +71,7 @@ int jitMode(int n) {
     for (int o = 0; o < 2; ++o) {
       compiled::CompileOptions opts;
       opts.llvmOptLevel = o == 0 ? 2 : 3;
+      opts.useAot = false; // measure the JIT, also for the AOT'd specs
       compiled::KernelCache cache(opts);
       compiled::KernelSpec spec;
       spec.headDim = i % 2 ? 128 : 64;
