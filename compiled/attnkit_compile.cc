@@ -2,13 +2,22 @@
 // `-emit=` style:
 //   attnkit-compile --stage fused --heads 32 --kv-heads 8 --head-dim 128
 //       --mask causal --dtype bf16 --layout tv
-// Lengths (--batch --q-len --kv-len) are accepted for symmetry with the other
-// subcommands but never change the IR: sequence dims are dynamic.
+// Lengths (--batch --kv-len) are accepted for symmetry with the other
+// subcommands but never change the IR: sequence dims are dynamic. --q-len
+// picks the kernel family (decode below 4 rows), as the backend does.
 #include "compiled/ir_builder.h"
 #include "compiled/pipeline.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Target/LLVMIR/Dialect/All.h"
+#include "mlir/Target/LLVMIR/Export.h"
+
 #include "mlir/IR/OperationSupport.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/ToolOutputFile.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -32,12 +41,28 @@ static cl::opt<std::string> layoutOpt("layout", cl::desc("bhsd|bshd|tv"),
                                       cl::init("bhsd"));
 static cl::opt<int64_t> batch("batch", cl::desc("ignored by the IR"),
                               cl::init(1));
-static cl::opt<int64_t> qLen("q-len", cl::desc("ignored by the IR"),
-                             cl::init(1));
+static cl::opt<int64_t> qLen("q-len",
+                             cl::desc("selects the decode (< 4) or prefill "
+                                      "kernel; the IR has dynamic lengths"),
+                             cl::init(16));
 static cl::opt<int64_t> kvLen("kv-len", cl::desc("ignored by the IR"),
                               cl::init(1));
-static cl::opt<int64_t> queryTile("query-tile", cl::init(16));
+static cl::opt<int64_t>
+    queryTile("query-tile",
+              cl::desc("query rows per tile (default: what the backend uses "
+                       "for --q-len: 1 below 4 rows, else 16)"),
+              cl::init(16));
 static cl::opt<int64_t> kvTile("kv-tile", cl::init(64));
+static cl::opt<bool>
+    emitLlvmIr("emit-llvm-ir",
+               cl::desc("AOT: lower to LLVM and print LLVM IR (for clang -c) "
+                        "with the kernel named attnkit_aot_<spec key>"),
+               cl::init(false));
+static cl::opt<std::string> outputFile("o", cl::desc("output file"),
+                                       cl::init("-"));
+static cl::opt<bool> printKey("print-key",
+                              cl::desc("print the specialization key only"),
+                              cl::init(false));
 static cl::opt<bool> printAfterAll("print-ir-after-all",
                                    cl::desc("print the IR after every pass"),
                                    cl::init(false));
@@ -82,17 +107,46 @@ int main(int argc, char **argv) {
   else if (layoutOpt != "bhsd" && layoutOpt != "bshd")
     return fail("unknown --layout " + layoutOpt);
 
+  spec.queryTile =
+      queryTile.getNumOccurrences() ? queryTile : queryTileFor(qLen);
+  if (printKey) {
+    llvm::outs() << spec.key() << "\n";
+    return 0;
+  }
+
   mlir::DialectRegistry registry;
   registerCompiledDialects(registry);
+  mlir::registerAllToLLVMIRTranslations(registry);
   mlir::MLIRContext ctx(registry);
   auto module = buildNaiveAttention(ctx, spec);
   PipelineOptions options;
-  options.flash.queryTile = queryTile;
+  options.flash.queryTile = spec.queryTile;
   options.flash.kvTile = kvTile;
   options.printIrAfterAll = printAfterAll;
+  if (emitLlvmIr) {
+    // The AOT symbol: unique per specialization, so every default kernel
+    // links into one library (see aotSymbolFor).
+    module->walk([&](mlir::func::FuncOp fn) {
+      fn.setSymName(aotSymbolFor(spec.key()));
+    });
+    *stage = Stage::kLLVM;
+  }
   if (mlir::failed(lowerToStage(*module, *stage, options)))
     return fail("lowering failed");
-  module->print(llvm::outs());
-  llvm::outs() << "\n";
+  std::string err;
+  auto out = mlir::openOutputFile(outputFile, &err);
+  if (!out)
+    return fail(err);
+  if (emitLlvmIr) {
+    llvm::LLVMContext llvmCtx;
+    auto llvmModule = mlir::translateModuleToLLVMIR(*module, llvmCtx);
+    if (!llvmModule)
+      return fail("translation to LLVM IR failed");
+    llvmModule->print(out->os(), nullptr);
+  } else {
+    module->print(out->os());
+    out->os() << "\n";
+  }
+  out->keep();
   return 0;
 }

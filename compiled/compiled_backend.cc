@@ -29,6 +29,10 @@ KernelSpec specFor(const AttentionProblem &p) {
   }
   s.vTransposed = p.layout == KvLayout::kTransposedV;
   s.group = p.group_size();
+  int64_t maxQ = 0;
+  for (int64_t q : p.q_lens)
+    maxQ = std::max(maxQ, q);
+  s.queryTile = queryTileFor(maxQ);
   return s;
 }
 
@@ -83,8 +87,11 @@ public:
   Status Attention(const AttentionProblem &p,
                    const AttentionArgs &args) override;
 
+  Status AppendKv(const KvAppendArgs &a) override;
+
 private:
   std::vector<Scratch> scratch_;
+  std::vector<std::pair<AppendSpec, AppendFn>> appendKernels_;
 };
 
 template <int N>
@@ -247,6 +254,76 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
           o[x] += wgt * po[x];
       }
     }
+  }
+  return Status::Ok();
+}
+
+/// The append kernel for one (cache, new tokens) pair: specialized on the
+/// unit-stride dims of both, so the copy is a contiguous run (BHSD/BSHD) or a
+/// strided scatter along the sequence (V of transposed-V).
+AppendSpec appendSpecFor(const TensorView &cache, const TensorView &tokens) {
+  AppendSpec s;
+  s.headDim = cache.shape[3];
+  s.elem = cache.dtype == DType::kBF16 ? ElemType::kBF16 : ElemType::kF32;
+  s.cacheUnit = cache.strides[3] == 1   ? AppendSpec::Unit::kDim
+                : cache.strides[2] == 1 ? AppendSpec::Unit::kSeq
+                                        : AppendSpec::Unit::kNone;
+  s.tokensDimUnit = tokens.strides[3] == 1;
+  return s;
+}
+
+MemRefDesc<4> desc4(const TensorView &t) {
+  MemRefDesc<4> d;
+  d.allocated = d.aligned = t.data;
+  d.offset = 0;
+  std::copy(t.shape.begin(), t.shape.end(), d.sizes);
+  std::copy(t.strides.begin(), t.strides.end(), d.strides);
+  return d;
+}
+
+/// Below this many elements an append stays on the calling thread: a
+/// decode step writes B x H x D elements (8 x 128 = 1024 for the benchmark
+/// shape), far less than an OpenMP fork/join costs.
+constexpr int64_t kParallelAppendElems = int64_t{1} << 18;
+
+Status CompiledBackend::AppendKv(const KvAppendArgs &a) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+  const int64_t batch = a.k_cache.shape[0], heads = a.k_cache.shape[1];
+  int64_t elems = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    elems += a.new_lens[b] * heads * a.k_cache.shape[3];
+  if (elems == 0)
+    return Status::Ok();
+  const std::pair<const TensorView *, const TensorView *> pairs[] = {
+      {&a.k_cache, &a.new_k}, {&a.v_cache, &a.new_v}};
+  for (auto [cache, tokens] : pairs) {
+    const AppendSpec spec = appendSpecFor(*cache, *tokens);
+    // A decode step appends 1 token per head: the kernel-cache lookup (key
+    // string + map + mutex, ~0.4 us) would cost more than the copy, so the
+    // backend remembers the kernels of the specs it has used.
+    AppendFn fn = nullptr;
+    for (const auto &[known, f] : appendKernels_)
+      if (known == spec)
+        fn = f;
+    if (!fn) {
+      std::string error;
+      const CompiledKernel *kernel = globalKernelCache().getAppend(spec, error);
+      if (!kernel)
+        return Status::Internal("compiled append " + spec.key() + ": " + error);
+      fn = kernel->appendFn();
+      appendKernels_.push_back({spec, fn});
+    }
+    MemRefDesc<4> cd = desc4(*cache), td = desc4(*tokens);
+#pragma omp parallel for collapse(2) if (elems >= kParallelAppendElems)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        if (a.new_lens[b] == 0)
+          continue;
+        // The kernel takes its descriptors by pointer; give each call its
+        // own copies (it does not write them, but the ABI does not say so).
+        MemRefDesc<4> c = cd, t = td;
+        fn(&c, &t, b, h, a.positions[b], a.new_lens[b]);
+      }
   }
   return Status::Ok();
 }

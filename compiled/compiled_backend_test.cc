@@ -1,5 +1,6 @@
 #include "compiled/compiled_backend.h"
 
+#include "compiled/aot.h"
 #include "compiled/jit.h"
 #include "reference/oracle.h"
 #include "runtime/random.h"
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -106,6 +108,37 @@ TEST(CompiledBackendTest, SweepAgainstOracle) {
   EXPECT_EQ(cases, 24);
 }
 
+// The decode kernel (q_len < 4: K/V rows streamed, softmax along keys) on
+// every mask x dtype x layout, head_dim not a multiple of 16 (tails), GQA
+// groups 1/2/4, ragged q_len 0..3 and kv_len straddling the 64-key tile.
+TEST(CompiledBackendTest, DecodeKernelSweepAgainstOracle) {
+  Rng shapes(13);
+  int cases = 0;
+  for (MaskKind mask :
+       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (KvLayout layout :
+           {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+        AttentionProblem p;
+        p.batch = 2;
+        p.kv_heads = shapes.Range(1, 2);
+        p.q_heads = p.kv_heads * (int64_t{1} << shapes.Range(0, 2));
+        p.head_dim = std::vector<int64_t>{8, 33, 64}[shapes.Below(3)];
+        p.mask = mask;
+        p.dtype = dtype;
+        p.layout = layout;
+        if (mask == MaskKind::kWindow)
+          p.window = shapes.Range(1, 70);
+        p.kv_lens = {shapes.Range(1, 150), shapes.Range(60, 140)};
+        p.q_lens = {shapes.Range(0, 3), 1};
+        ASSERT_EQ(specFor(p).queryTile, 1);
+        SCOPED_TRACE(p.ToString());
+        checkAgainstOracle(p, 100 + cases);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 24);
+}
+
 // Decode (q_len 1) with one head: fewer work items than threads, so the keys
 // are split (flash-decoding) and the partial (out, lse) pairs merged.
 TEST(CompiledBackendTest, SplitKvDecodeMatchesOracle) {
@@ -171,7 +204,12 @@ TEST(CompiledBackendTest, NoRecompileForNewLengthsAndNoHeapAllocations) {
   p.mask = MaskKind::kCausal;
   auto backend = MakeCompiledBackend();
   std::string err;
-  ASSERT_NE(globalKernelCache().get(specFor(p), err), nullptr) << err;
+  // Two kernels per specialization: decode (q_len < 4) and prefill.
+  for (int64_t q : {1, 64}) {
+    p.q_lens = {q};
+    p.kv_lens = {q};
+    ASSERT_NE(globalKernelCache().get(specFor(p), err), nullptr) << err;
+  }
   const int64_t compiles = globalKernelCache().compilations();
   const int64_t allocs = jitAllocationCounters().allocs.load();
   for (int64_t len : {1, 17, 64, 65, 200}) {
@@ -181,6 +219,148 @@ TEST(CompiledBackendTest, NoRecompileForNewLengthsAndNoHeapAllocations) {
   }
   EXPECT_EQ(globalKernelCache().compilations(), compiles);
   EXPECT_EQ(jitAllocationCounters().allocs.load(), allocs);
+}
+
+// The compiled append is bit-exact with the portable strided one in every
+// cache layout and dtype, for ragged positions (one sequence appends nothing,
+// one fills the cache to capacity) and for contiguous and strided new
+// tokens; it writes nothing else (whole buffers compared) and its JIT'd code
+// allocates nothing.
+TEST(CompiledBackendTest, AppendKvBitExactWithStridedAppend) {
+  const std::array<int64_t, 4> cache{3, 2, 40, 24}, fresh{3, 2, 5, 24};
+  auto backend = MakeCompiledBackend();
+  int checked = 0;
+  for (KvLayout layout :
+       {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (bool stridedTokens : {false, true}) {
+        SCOPED_TRACE(std::string(KvLayoutName(layout)) + " " +
+                     std::string(DTypeName(dtype)) +
+                     (stridedTokens ? " strided tokens" : ""));
+        Tensor kc[2], vc[2];
+        Rng rng(21);
+        for (int c = 0; c < 2; ++c) {
+          kc[c] =
+              Tensor::Allocate(dtype, cache, KvStrides(layout, false, cache));
+          vc[c] =
+              Tensor::Allocate(dtype, cache, KvStrides(layout, true, cache));
+        }
+        FillNormal(kc[0].view, rng);
+        FillNormal(vc[0].view, rng);
+        std::memcpy(kc[1].buffer.data(), kc[0].buffer.data(),
+                    kc[0].buffer.size());
+        std::memcpy(vc[1].buffer.data(), vc[0].buffer.data(),
+                    vc[0].buffer.size());
+        // Strided tokens: head_dim is not the unit-stride dim.
+        const std::array<int64_t, 4> tokStrides =
+            stridedTokens ? std::array<int64_t, 4>{2 * 5 * 24, 5 * 24, 1, 5}
+                          : ContiguousStrides(fresh);
+        Tensor nk = Tensor::Allocate(dtype, fresh, tokStrides);
+        Tensor nv = Tensor::Allocate(dtype, fresh, tokStrides);
+        FillNormal(nk.view, rng);
+        FillNormal(nv.view, rng);
+        const std::vector<int64_t> pos{7, 3, 35}, lens{3, 0, 5};
+        KvAppendArgs ref{kc[0].view, vc[0].view, nk.view, nv.view, pos, lens};
+        KvAppendArgs got{kc[1].view, vc[1].view, nk.view, nv.view, pos, lens};
+        AppendKvStrided(ref);
+        const int64_t allocs = jitAllocationCounters().allocs.load();
+        ASSERT_TRUE(backend->AppendKv(got).ok());
+        EXPECT_EQ(jitAllocationCounters().allocs.load(), allocs);
+        EXPECT_EQ(std::memcmp(kc[0].buffer.data(), kc[1].buffer.data(),
+                              kc[0].buffer.size()),
+                  0);
+        EXPECT_EQ(std::memcmp(vc[0].buffer.data(), vc[1].buffer.data(),
+                              vc[0].buffer.size()),
+                  0);
+        // The tokens really landed (the comparison is not of two no-ops).
+        EXPECT_EQ(kc[1].view.Load(2, 1, 39, 23), nk.view.Load(2, 1, 4, 23));
+        EXPECT_EQ(vc[1].view.Load(0, 0, 7, 0), nv.view.Load(0, 0, 0, 0));
+        ++checked;
+      }
+  EXPECT_EQ(checked, 12);
+  // Past the capacity: the validation error, nothing written.
+  Tensor kc = Tensor::Allocate(DType::kF32, cache,
+                               KvStrides(KvLayout::kBHSD, false, cache));
+  Tensor vc = Tensor::Allocate(DType::kF32, cache,
+                               KvStrides(KvLayout::kBHSD, true, cache));
+  Tensor nk = Tensor::Contiguous(DType::kF32, fresh);
+  const std::vector<int64_t> pos{36, 0, 0}, lens{5, 1, 1};
+  EXPECT_EQ(
+      backend->AppendKv({kc.view, vc.view, nk.view, nk.view, pos, lens}).code(),
+      StatusCode::kOutOfRange);
+}
+
+// The kernels compiled ahead of time (build-time attnkit-compile + clang-22)
+// are served without JIT, and agree with the JIT'd kernels of the same
+// specialization and with the oracle — prefill and decode kernels.
+TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
+  if (aotKernels().empty())
+    GTEST_SKIP() << "built with ATTNKIT_AOT_KERNELS=OFF";
+  struct Case {
+    int64_t d, g, q, n;
+    DType dtype;
+    MaskKind mask;
+  };
+  for (const Case &c : {Case{64, 1, 70, 150, DType::kF32, MaskKind::kCausal},
+                        Case{128, 4, 1, 300, DType::kBF16, MaskKind::kNone}}) {
+    AttentionProblem p;
+    p.q_heads = c.g;
+    p.head_dim = c.d;
+    p.q_lens = {c.q};
+    p.kv_lens = {c.n};
+    p.dtype = c.dtype;
+    p.mask = c.mask;
+    SCOPED_TRACE(p.ToString());
+    const KernelSpec spec = specFor(p);
+    CompileOptions aotOpts, jitOpts;
+    jitOpts.useAot = false;
+    KernelCache aotCache(aotOpts), jitCache(jitOpts);
+    std::string err;
+    const CompiledKernel *aot = aotCache.get(spec, err);
+    const CompiledKernel *jit = jitCache.get(spec, err);
+    ASSERT_NE(aot, nullptr) << err;
+    ASSERT_NE(jit, nullptr) << err;
+    EXPECT_TRUE(aot->aot()) << spec.key() << " is not among the AOT kernels";
+    EXPECT_FALSE(jit->aot());
+    EXPECT_EQ(aotCache.compilations(), 0);
+    EXPECT_EQ(jitCache.compilations(), 1);
+
+    auto data = AttentionData::Create(p);
+    ASSERT_TRUE(data.ok());
+    Rng values(17);
+    data->Fill(p, values);
+    const AttentionArgs &a = data->args();
+    std::vector<float> outJit(c.g * c.q * c.d), lse(c.g * c.q);
+    auto run = [&](AttentionFn fn, float *out) {
+      MemRefDesc<3> qd{a.q.data,
+                       a.q.data,
+                       0,
+                       {c.g, c.q, c.d},
+                       {a.q.strides[1], a.q.strides[2], 1}};
+      MemRefDesc<2> kd{a.k.data, a.k.data, 0, {c.n, c.d}, {a.k.strides[2], 1}};
+      MemRefDesc<2> vd{a.v.data, a.v.data, 0, {c.n, c.d}, {a.v.strides[2], 1}};
+      MemRefDesc<3> bd{out, out, 0, {c.g, 0, 0}, {0, 0, 1}};
+      MemRefDesc<3> od{out, out, 0, {c.g, c.q, c.d}, {c.q * c.d, c.d, 1}};
+      MemRefDesc<2> ld{lse.data(), lse.data(), 0, {c.g, c.q}, {c.q, 1}};
+      fn(&qd, &kd, &vd, &bd, &od, &ld, p.EffectiveScale(), c.n - c.q, 0);
+    };
+    ASSERT_EQ(a.out.strides[3], 1);
+    ASSERT_EQ(a.out.strides[2], c.d);
+    ASSERT_EQ(a.out.strides[1], c.q * c.d);
+    run(aot->fn(), static_cast<float *>(a.out.data));
+    run(jit->fn(), outJit.data());
+    std::vector<double> truth;
+    ASSERT_TRUE(reference::OracleAttention(p, a, &truth).ok());
+    std::string where;
+    EXPECT_LE(maxError(p, a.out, truth, &where), kTol) << "AOT, at " << where;
+    // Two compilers (clang -O3 vs the JIT's LLVM pipeline) of one IR: equal
+    // to f32 rounding.
+    const float *outAot = static_cast<const float *>(a.out.data);
+    for (size_t i = 0; i < outJit.size(); ++i)
+      ASSERT_NEAR(outAot[i], outJit[i],
+                  1e-6f * std::max(1.0f, std::fabs(outJit[i])))
+          << "element " << i;
+  }
 }
 
 TEST(CompiledBackendTest, KernelCacheIsThreadSafe) {

@@ -312,6 +312,7 @@ Value FlashRewriter::modifiedScores(OpBuilder &b, Value s, Value i0, Value j0,
                           {b.getIndexAttr(g_), bq, bk}));
   auto clone = cast<linalg::GenericOp>(mlir::clone(
       b, c_.modifier, TypeRange{operands.back().getType()}, operands));
+  clone->setAttr(kFlashModifierAttr, b.getUnitAttr());
   IRRewriter rw(b);
   linalg::offsetIndices(rw, cast<linalg::LinalgOp>(clone.getOperation()),
                         {OpFoldResult(b.getIndexAttr(0)), i0, j0});
@@ -463,9 +464,11 @@ void FlashRewriter::rewrite() {
               // The one QKᵀ of this tile.
               Value sInit =
                   fill(b, tile(b, {g_, bqMax, bkMax}, {gs, bq, bk}), 0.0f);
-              Value s = mlir::clone(b, c_.qk, TypeRange{sInit.getType()},
-                                    ValueRange{qTile, kTile, sInit})
-                            ->getResult(0);
+              Operation *qkOp =
+                  mlir::clone(b, c_.qk, TypeRange{sInit.getType()},
+                              ValueRange{qTile, kTile, sInit});
+              qkOp->setAttr(kFlashQkAttr, b.getUnitAttr());
+              Value s = qkOp->getResult(0);
               Value s2 = modifiedScores(b, s, i0, j0, bq, bk);
 
               // Row max of the tile, then the new running max, the safe max
@@ -530,11 +533,14 @@ void FlashRewriter::rewrite() {
                         b, loc,
                         arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
                   });
-              Value accNew = mlir::clone(b, c_.pv, TypeRange{accOld.getType()},
-                                         ValueRange{p, vTile, accScaled})
-                                 ->getResult(0);
+              Operation *pvOp =
+                  mlir::clone(b, c_.pv, TypeRange{accOld.getType()},
+                              ValueRange{p, vTile, accScaled});
+              pvOp->setAttr(kFlashPvAttr, b.getUnitAttr());
+              Value accNew = pvOp->getResult(0);
               scf::YieldOp::create(b, loc, ValueRange{mNew, lNew, accNew});
             });
+        inner->setAttr(kFlashKvLoopAttr, b.getUnitAttr());
         Value mFin = inner.getResult(0), lFin = inner.getResult(1),
               accFin = inner.getResult(2);
 
@@ -596,6 +602,7 @@ void FlashRewriter::rewrite() {
         scf::YieldOp::create(b, loc, ValueRange{outNew, lseNew});
       });
   (void)ctx;
+  outer->setAttr(kFlashQueryLoopAttr, b_.getUnitAttr());
 
   b_.replaceAllUsesWith(c_.pv->getResult(0), outer.getResult(0));
   if (c_.lse)

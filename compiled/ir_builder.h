@@ -38,6 +38,17 @@ void registerCompiledDialects(mlir::DialectRegistry &registry);
 mlir::OwningOpRef<mlir::ModuleOp> buildNaiveAttention(mlir::MLIRContext &ctx,
                                                       const KernelSpec &spec);
 
+/// Name of the KV-append function buildKvAppend emits.
+inline constexpr const char *kAppendName = "kv_append";
+
+/// Emits `func.func @kv_append(%cache, %tokens, %b, %h, %pos, %n)`: a
+/// subview [b, h, pos : pos + n, 0 : D] of the preallocated cache
+///   cache  memref<? x ? x ? x D x T> (strides of the cache's layout)
+///   tokens memref<? x ? x ? x D x T>
+/// and a linalg.copy of tokens[b, h, 0 : n, :] into it. No allocation.
+mlir::OwningOpRef<mlir::ModuleOp> buildKvAppend(mlir::MLIRContext &ctx,
+                                                const AppendSpec &spec);
+
 } // namespace attnkit::compiled
 
 #endif // ATTNKIT_COMPILED_IR_BUILDER_H_

@@ -12,6 +12,10 @@
 #include <mutex>
 #include <string>
 
+namespace mlir {
+class ModuleOp;
+} // namespace mlir
+
 namespace attnkit::compiled {
 
 /// The MLIR memref descriptor of rank N (`StridedMemRefType` of
@@ -30,12 +34,30 @@ using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
                              MemRefDesc<3> *out, MemRefDesc<2> *lse,
                              float scale, int64_t p0, int64_t window);
 
+/// `_mlir_ciface_kv_append`, see buildKvAppend: copies new tokens [0, n) of
+/// (b, h) to positions [pos, pos + n) of the cache.
+using AppendFn = void (*)(MemRefDesc<4> *cache, MemRefDesc<4> *tokens,
+                          int64_t b, int64_t h, int64_t pos, int64_t n);
+
 struct CompileOptions {
-  int64_t queryTile = 16;
   int64_t kvTile = 64;
+  /// LLVM IR optimization level of the JIT (0-3).
+  unsigned llvmOptLevel = 3;
+  /// Serve the kernels compiled ahead of time (aot.h) instead of JIT-ing
+  /// their specializations.
+  bool useAot = true;
 };
 
 class CompiledKernel;
+
+/// Where the compile time of one kernel went (milliseconds).
+struct CompilePhases {
+  double buildMillis = 0;   // context + naive IR
+  double mlirMillis = 0;    // our passes and the MLIR lowering to LLVM dialect
+  double llvmMillis = 0;    // translation, LLVM optimization and codegen
+  double codegenMillis = 0; // of which: LLVM optimization + codegen (lookup)
+  double cpuMillis = 0;     // CPU time of the whole compile (one thread)
+};
 
 /// Heap allocations made by compiled code (through the
 /// `_mlir_memref_to_llvm_alloc` / `_free` hooks); the kernels are expected to
@@ -52,8 +74,14 @@ AllocationCounters &jitAllocationCounters();
 class CompiledKernel {
 public:
   ~CompiledKernel();
-  AttentionFn fn() const { return fn_; }
+  /// The attention entry point (kernels from `compile`).
+  AttentionFn fn() const { return reinterpret_cast<AttentionFn>(entry_); }
+  /// The KV-append entry point (kernels from `compileAppend`).
+  AppendFn appendFn() const { return reinterpret_cast<AppendFn>(entry_); }
   double compileMillis() const { return compileMillis_; }
+  const CompilePhases &phases() const { return phases_; }
+  /// Compiled ahead of time (linked in), not by the JIT.
+  bool aot() const { return impl_ == nullptr; }
   const KernelSpec &spec() const { return spec_; }
 
   /// Builds, lowers and JIT-compiles `spec`. On failure returns null and sets
@@ -61,13 +89,24 @@ public:
   static std::unique_ptr<CompiledKernel> compile(const KernelSpec &spec,
                                                  const CompileOptions &options,
                                                  std::string &error);
+  static std::unique_ptr<CompiledKernel>
+  compileAppend(const AppendSpec &spec, const CompileOptions &options,
+                std::string &error);
+
+  struct Impl;
 
 private:
-  struct Impl;
+  friend class KernelCache; // wraps AOT entry points
   CompiledKernel() = default;
+  static std::unique_ptr<Impl> jitLowered(mlir::ModuleOp module,
+                                          const std::string &symbol,
+                                          unsigned optLevel, void *&entry,
+                                          std::string &error,
+                                          double &codegenMillis);
   std::unique_ptr<Impl> impl_;
-  AttentionFn fn_ = nullptr;
+  void *entry_ = nullptr;
   double compileMillis_ = 0;
+  CompilePhases phases_;
   KernelSpec spec_;
 };
 
@@ -80,6 +119,9 @@ public:
   explicit KernelCache(CompileOptions options = {}) : options_(options) {}
   /// Null on failure, with `error` set.
   const CompiledKernel *get(const KernelSpec &spec, std::string &error);
+  /// The KV-append kernel of `spec` (same cache, same once-per-key rule).
+  const CompiledKernel *getAppend(const AppendSpec &spec, std::string &error);
+  /// JIT compilations (AOT kernels served do not count).
   int64_t compilations() const { return compilations_.load(); }
 
 private:
@@ -88,6 +130,7 @@ private:
     std::unique_ptr<CompiledKernel> kernel;
     std::string error;
   };
+  Entry *entry(const std::string &key);
   CompileOptions options_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;

@@ -11,6 +11,18 @@ namespace attnkit::compiled {
 enum class ElemType { kF32, kBF16 };
 enum class MaskType { kNone, kCausal, kWindow, kBias };
 
+/// Below this many query rows per sequence the decode kernel (query tile 1)
+/// wins: it reads K/V once per query row; the wide kernel reads them once per
+/// 16 rows but pads every tile to 16 rows of work (16x the FLOPs of a decode
+/// step, which then stops being bandwidth-bound).
+inline constexpr int64_t kDecodeMaxQueries = 4;
+
+/// The query tile the backend uses for a problem whose longest query block
+/// has `maxQueries` rows.
+inline int64_t queryTileFor(int64_t maxQueries) {
+  return maxQueries < kDecodeMaxQueries ? 1 : 16;
+}
+
 /// Everything the generated code is specialized on. Sequence lengths, strides,
 /// the causal offset, the window width and the scale are run-time arguments:
 /// a new length never recompiles.
@@ -22,6 +34,10 @@ struct KernelSpec {
   bool vTransposed = false;
   /// Query heads sharing one KV head (GQA); 1 = MHA.
   int64_t group = 1;
+  /// Query rows per tile and query head: 16 (a multiple of the 16 f32 lanes)
+  /// selects the wide prefill micro-kernel, 1 the decode kernel that streams
+  /// K/V rows (see vectorize_flash_pass.cc).
+  int64_t queryTile = 16;
 
   std::string key() const {
     static constexpr const char *kMask[] = {"none", "causal", "window", "bias"};
@@ -32,9 +48,43 @@ struct KernelSpec {
     k += kMask[static_cast<int>(mask)];
     k += vTransposed ? "_vt_g" : "_v_g";
     k += std::to_string(group);
+    if (queryTile != 16) {
+      k += "_q";
+      k += std::to_string(queryTile);
+    }
     return k;
   }
   bool operator==(const KernelSpec &) const = default;
+};
+
+/// The symbol of a kernel compiled ahead of time (its C interface wrapper is
+/// `_mlir_ciface_` + this).
+inline std::string aotSymbolFor(const std::string &key) {
+  return "attnkit_aot_" + key;
+}
+
+/// The specialization of one compiled KV-append kernel: it copies the new
+/// tokens of one (batch, kv head) into the cache, in the cache's layout.
+struct AppendSpec {
+  int64_t headDim = 64;
+  ElemType elem = ElemType::kF32;
+  /// Cache layout: unit stride along head_dim (BHSD, BSHD and K of
+  /// transposed-V), along the sequence (V of transposed-V), or neither.
+  enum class Unit { kDim, kSeq, kNone };
+  Unit cacheUnit = Unit::kDim;
+  /// New tokens: unit stride along head_dim (the usual case) or any strides.
+  bool tokensDimUnit = true;
+
+  std::string key() const {
+    static constexpr const char *kUnit[] = {"dim", "seq", "none"};
+    std::string k = "append_d";
+    k += std::to_string(headDim);
+    k += elem == ElemType::kF32 ? "_f32_cache_" : "_bf16_cache_";
+    k += kUnit[static_cast<int>(cacheUnit)];
+    k += tokensDimUnit ? "_tok_dim" : "_tok_none";
+    return k;
+  }
+  bool operator==(const AppendSpec &) const = default;
 };
 
 } // namespace attnkit::compiled

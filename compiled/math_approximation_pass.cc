@@ -34,6 +34,15 @@ using namespace mlir;
 namespace attnkit::compiled {
 namespace {
 
+/// A scalar or splat-vector f32 constant of type `t`.
+Value floatConst(PatternRewriter &r, Location loc, Type t, double v) {
+  FloatAttr attr = r.getFloatAttr(getElementTypeOrSelf(t), v);
+  if (auto shaped = dyn_cast<ShapedType>(t))
+    return arith::ConstantOp::create(r, loc,
+                                     DenseElementsAttr::get(shaped, attr));
+  return arith::ConstantOp::create(r, loc, attr);
+}
+
 /// exp2(x) = exp(x * ln 2): upstream approximates exp (whose own range
 /// reduction multiplies by log2(e) again; two multiplies per element).
 struct Exp2ToExp : OpRewritePattern<math::Exp2Op> {
@@ -42,9 +51,8 @@ struct Exp2ToExp : OpRewritePattern<math::Exp2Op> {
                                 PatternRewriter &rewriter) const override {
     if (!getElementTypeOrSelf(op.getType()).isF32())
       return failure();
-    Value ln2 = arith::ConstantOp::create(
-        rewriter, op.getLoc(),
-        rewriter.getFloatAttr(op.getType(), 0.6931471805599453));
+    Value ln2 =
+        floatConst(rewriter, op.getLoc(), op.getType(), 0.6931471805599453);
     Value x =
         arith::MulFOp::create(rewriter, op.getLoc(), op.getOperand(), ln2);
     rewriter.replaceOpWithNewOp<math::ExpOp>(op, x);
@@ -60,9 +68,8 @@ struct Log2ToLog : OpRewritePattern<math::Log2Op> {
     if (!getElementTypeOrSelf(op.getType()).isF32())
       return failure();
     Value log = math::LogOp::create(rewriter, op.getLoc(), op.getOperand());
-    Value l2e = arith::ConstantOp::create(
-        rewriter, op.getLoc(),
-        rewriter.getFloatAttr(op.getType(), 1.4426950408889634));
+    Value l2e =
+        floatConst(rewriter, op.getLoc(), op.getType(), 1.4426950408889634);
     rewriter.replaceOpWithNewOp<arith::MulFOp>(op, log, l2e);
     return success();
   }

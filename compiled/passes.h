@@ -19,9 +19,20 @@ struct FlashAttentionOptions {
   int64_t kvTile = 64;
 };
 
+/// Markers the flash rewrite leaves on the loops and tile ops it creates, so
+/// the vectorizer (vectorize_flash_pass.cc) can find the structure again.
+inline constexpr const char *kFlashQueryLoopAttr = "attnkit.flash.query_loop";
+inline constexpr const char *kFlashKvLoopAttr = "attnkit.flash.kv_loop";
+inline constexpr const char *kFlashQkAttr = "attnkit.flash.qk";
+inline constexpr const char *kFlashModifierAttr = "attnkit.flash.modifier";
+inline constexpr const char *kFlashPvAttr = "attnkit.flash.pv";
+
 /// `attnkit-flash-attention` (flash_attention_pass.cc).
 std::unique_ptr<mlir::Pass>
 createFlashAttentionPass(const FlashAttentionOptions &options = {});
+
+/// `attnkit-vectorize-flash` (vectorize_flash_pass.cc).
+std::unique_ptr<mlir::Pass> createVectorizeFlashPass();
 
 /// `attnkit-approximate-math` (math_approximation_pass.cc).
 std::unique_ptr<mlir::Pass> createApproximateMathPass();

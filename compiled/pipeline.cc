@@ -1,8 +1,10 @@
 #include "compiled/pipeline.h"
 
 #include "compiled/passes.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -31,6 +33,12 @@ namespace {
 // No canonicalize before bufferization: it would fold the extract_slice of
 // the statically shaped tensor.empty tiles back into dynamic ones, and
 // dynamic allocations cannot leave the loops.
+constexpr const char *kVectorizePipeline = "func.func(attnkit-vectorize-flash)";
+
+// No canonicalize before bufferization: it would fold the extract_slice of
+// the statically shaped tensor.empty tiles back into dynamic ones, and
+// dynamic allocations cannot leave the loops. (Only loops the vectorizer
+// left alone still hold tensors.)
 constexpr const char *kBufferizePipeline =
     "eliminate-empty-tensors,"
     "one-shot-bufferize,"
@@ -42,9 +50,15 @@ constexpr const char *kBufferizePipeline =
     "attnkit-approximate-math,"
     "canonicalize,cse,loop-invariant-code-motion";
 
+// After a complete vectorization only dead tensor views of the arguments are
+// left: canonicalize folds their dims to memref.dim and erases them; the
+// bufferization passes (a fifth of the MLIR time) have nothing to do.
+constexpr const char *kVectorCleanupPipeline =
+    "canonicalize,attnkit-approximate-math,canonicalize,cse";
+
 constexpr const char *kLLVMPipeline =
     "func.func(convert-vector-to-scf{full-unroll=1}),"
-    "convert-vector-to-llvm,"
+    "convert-vector-to-llvm{reassociate-fp-reductions=1},"
     "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
     "convert-math-to-llvm,convert-arith-to-llvm,convert-ub-to-llvm,"
     "convert-index-to-llvm,"
@@ -94,7 +108,22 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
   }
   if (stage == Stage::kFused)
     return success();
-  if (failed(runPipeline(module, kBufferizePipeline, options)))
+  if (failed(runPipeline(module, kVectorizePipeline, options)))
+    return failure();
+  bool tensorsLeft = false;
+  module.walk([&](Operation *op) {
+    if (isa<bufferization::ToTensorOp>(op) && !op->use_empty() &&
+        llvm::any_of(op->getUsers(),
+                     [](Operation *u) { return !isa<tensor::DimOp>(u); }))
+      tensorsLeft = true;
+    for (Type t : op->getResultTypes())
+      if (isa<TensorType>(t) &&
+          !isa<bufferization::ToTensorOp, tensor::DimOp>(op))
+        tensorsLeft = true;
+  });
+  if (failed(runPipeline(
+          module, tensorsLeft ? kBufferizePipeline : kVectorCleanupPipeline,
+          options)))
     return failure();
   if (stage == Stage::kVectorized)
     return success();
@@ -105,18 +134,30 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
   return runPipeline(module, kLLVMPipeline, options);
 }
 
+LogicalResult lowerAppendToLLVM(ModuleOp module) {
+  registerCompiledPasses();
+  module.walk([](func::FuncOp fn) {
+    fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                UnitAttr::get(fn.getContext()));
+  });
+  return runPipeline(
+      module,
+      std::string("func.func(convert-linalg-to-loops),") + kLLVMPipeline, {});
+}
+
 void registerCompiledPasses() {
   static const bool once = [] {
     // The textual pipelines below name upstream passes.
     registerAllPasses();
     registerPass([] { return createFlashAttentionPass(); });
     registerPass([] { return createApproximateMathPass(); });
+    registerPass([] { return createVectorizeFlashPass(); });
     PassPipelineRegistration<>(
         "attnkit-lower-to-llvm",
         "Bufferize the flash form, lower to loops and to the LLVM dialect",
         [](OpPassManager &pm) {
-          std::string pipeline =
-              std::string(kBufferizePipeline) + "," + kLLVMPipeline;
+          std::string pipeline = std::string(kVectorizePipeline) + "," +
+                                 kBufferizePipeline + "," + kLLVMPipeline;
           (void)parsePassPipeline(pipeline, pm);
         });
     return true;

@@ -26,6 +26,9 @@ struct PipelineOptions {
 mlir::LogicalResult lowerToStage(mlir::ModuleOp module, Stage stage,
                                  const PipelineOptions &options = {});
 
+/// Lowers a module from buildKvAppend to the LLVM dialect.
+mlir::LogicalResult lowerAppendToLLVM(mlir::ModuleOp module);
+
 } // namespace attnkit::compiled
 
 #endif // ATTNKIT_COMPILED_PIPELINE_H_

@@ -3,6 +3,7 @@
 // RUN: attnkit-compile --stage naive --heads 8 --kv-heads 2 --head-dim 128 --mask window:64 --dtype bf16 --layout bshd | FileCheck %s --check-prefix=NAIVE
 // RUN: attnkit-compile --stage fused --heads 8 --kv-heads 2 --head-dim 128 --mask window:64 | FileCheck %s --check-prefix=FUSED
 // RUN: attnkit-compile --stage vectorized --heads 8 --kv-heads 2 --head-dim 128 --mask causal | FileCheck %s --check-prefix=VEC
+// RUN: attnkit-compile --stage vectorized --heads 8 --kv-heads 2 --head-dim 128 --q-len 1 --mask causal --dtype bf16 | FileCheck %s --check-prefix=DECODE
 // RUN: attnkit-compile --stage llvm --head-dim 64 --mask none | FileCheck %s --check-prefix=LLVM
 
 // NAIVE: func.func @attention(%arg0: memref<4x?x128xbf16
@@ -18,14 +19,43 @@
 // FUSED: %[[LO:.*]] = arith.maxsi %{{.*}}, %[[LO1]] : index
 // FUSED: scf.for %{{.*}} = %[[LO]] to
 
-// VEC: memref.alloca() {{.*}} : memref<4x16x64xf32>
+// The vectorized stage: tiles are allocas at function entry (Qᵀ packed
+// [D][R], Sᵀ [BK][R], acc [R][D] for R = 4 heads x 16 rows), nothing on the
+// heap, no copies; QKᵀ is a d-loop carrying 4 keys x 4 row-vectors = 16
+// vector<16xf32> accumulators, then the online softmax on vectors, then P·V
+// as a key loop carrying 16 accumulators (4 rows x 64 columns).
+// VEC-DAG: memref.alloca() {{.*}} : memref<64x128xf32>
+// VEC-DAG: memref.alloca() {{.*}} : memref<64x64xf32>
+// VEC-DAG: memref.alloca() {{.*}} : memref<128x64xf32>
 // VEC-NOT: memref.alloc(
 // VEC-NOT: memref.copy
-// VEC: scf.for
+// VEC: scf.for %[[I0:.*]] = %c0 to %{{.*}} step %c16 {
+// VEC-NOT: memref.alloca
+// VEC: scf.for %[[J0:.*]] = %c0 to %{{.*}} step %c64 {
+// VEC: scf.for {{.*}} = %c0 to %c128 step %c1 iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// VEC-COUNT-16: vector.fma
+// VEC: arith.maximumf {{.*}} : vector<16xf32>
+// VEC: scf.for {{.*}} iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// VEC-COUNT-16: vector.fma
+// VEC-NOT: math.exp2
 // VEC-NOT: memref.alloca
 // VEC-NOT: memref.alloc(
-// VEC-NOT: math.exp2
 // VEC: return
+
+// Decode (--q-len 1): query tile 1, so R = 4 rows; q widened from bf16 once
+// per query, K rows streamed at full width (bf16 -> f32 on load) and reduced,
+// scores S[R][64] with the softmax along keys.
+// DECODE-DAG: memref.alloca() {{.*}} : memref<4x64xf32>
+// DECODE-DAG: memref.alloca() {{.*}} : memref<4x128xf32>
+// DECODE: scf.for %{{.*}} = %c0 to %{{.*}} step %c1 {
+// DECODE: vector.load %arg0{{.*}} vector<16xbf16>
+// DECODE: scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step %c64 {
+// DECODE: vector.load %arg1{{.*}} vector<16xbf16>
+// DECODE: arith.extf {{.*}} : vector<16xbf16> to vector<16xf32>
+// DECODE: vector.fma
+// DECODE: vector.reduction <add>
+// DECODE: vector.reduction <maximumf>
+// DECODE-NOT: memref.alloc(
 
 // LLVM: llvm.func @attention(
 // LLVM: llvm.func @_mlir_ciface_attention(
