@@ -1,8 +1,11 @@
 #include "compiled/compiled_backend.h"
 
+#include "runtime/accounting.h"
+
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -92,6 +95,12 @@ public:
 private:
   std::vector<Scratch> scratch_;
   std::vector<std::pair<AppendSpec, AppendFn>> appendKernels_;
+  // Kernels this backend has used, so a warmed-up call skips the cache's key
+  // string (an allocation) and mutex.
+  std::vector<std::pair<KernelSpec, const CompiledKernel *>> kernels_;
+  // Reused across calls (clear() keeps the capacity): no allocation once a
+  // shape has been seen.
+  std::vector<WorkItem> items_;
 };
 
 template <int N>
@@ -110,10 +119,17 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
                                   const AttentionArgs &args) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
   const KernelSpec spec = specFor(p);
-  std::string error;
-  const CompiledKernel *kernel = globalKernelCache().get(spec, error);
-  if (!kernel)
-    return Status::Internal("compiled kernel " + spec.key() + ": " + error);
+  const CompiledKernel *kernel = nullptr;
+  for (const auto &[known, k] : kernels_)
+    if (known == spec)
+      kernel = k;
+  if (!kernel) {
+    std::string error;
+    kernel = globalKernelCache().get(spec, error);
+    if (!kernel)
+      return Status::Internal("compiled kernel " + spec.key() + ": " + error);
+    kernels_.push_back({spec, kernel});
+  }
   if (p.mask == MaskKind::kBias && args.bias.strides[3] != 1)
     return Status::Unimplemented("compiled: bias must be unit-stride along "
                                  "keys, got stride " +
@@ -124,7 +140,8 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
 
   // Work items: query blocks of every (sequence, kv head); decode-like
   // problems with fewer items than threads split the keys instead.
-  std::vector<WorkItem> items;
+  std::vector<WorkItem> &items = items_;
+  items.clear();
   int64_t blocks = 0;
   for (int64_t b = 0; b < p.batch; ++b)
     blocks += p.kv_heads * ((p.q_lens[b] + kRowsPerItem - 1) / kRowsPerItem);
@@ -182,10 +199,11 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
   const bool vt = spec.vTransposed;
   const int64_t nItems = static_cast<int64_t>(items.size());
 
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t it = 0; it < nItems; ++it) {
-    const WorkItem &w = items[it];
-    Scratch &mine = scratch_[omp_get_thread_num()];
+  // Items are handed out through one atomic counter, not `omp for
+  // schedule(dynamic)`: LLVM's OpenMP runtime (the process's libgomp.so.1
+  // through MLIR's RUNPATH) mallocs on every dynamic loop start, and the
+  // decode meter requires zero allocations per step.
+  auto runItem = [&](const WorkItem &w, Scratch &mine) {
     const int64_t h0 = w.kvh * g; // first query head of the group
     const int64_t n = w.j1 - w.j0;
     const int64_t p0 = p.kv_lens[w.b] - p.q_lens[w.b] + w.i0 - w.j0;
@@ -220,6 +238,18 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
       ld = desc<2>(shared.partLse.data(), slot, {g, w.rows}, {w.rows, 1});
     }
     fn(&qd, &kd, &vd, &bd, &od, &ld, scale, p0, window);
+  };
+  std::atomic<int64_t> next{0};
+  auto runItems = [&](Scratch &mine) {
+    for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < nItems;
+         it = next.fetch_add(1, std::memory_order_relaxed))
+      runItem(items[it], mine);
+  };
+  if (threads > 1 && nItems > 1) {
+#pragma omp parallel
+    runItems(scratch_[omp_get_thread_num()]);
+  } else {
+    runItems(scratch_[0]);
   }
 
   // Merge the partial (out, lse) pairs of each split item group:
@@ -314,17 +344,28 @@ Status CompiledBackend::AppendKv(const KvAppendArgs &a) {
       appendKernels_.push_back({spec, fn});
     }
     MemRefDesc<4> cd = desc4(*cache), td = desc4(*tokens);
-#pragma omp parallel for collapse(2) if (elems >= kParallelAppendElems)
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h) {
-        if (a.new_lens[b] == 0)
-          continue;
-        // The kernel takes its descriptors by pointer; give each call its
-        // own copies (it does not write them, but the ABI does not say so).
-        MemRefDesc<4> c = cd, t = td;
-        fn(&c, &t, b, h, a.positions[b], a.new_lens[b]);
-      }
+    auto copyHead = [&](int64_t b, int64_t h) {
+      if (a.new_lens[b] == 0)
+        return;
+      // The kernel takes its descriptors by pointer; give each call its
+      // own copies (it does not write them, but the ABI does not say so).
+      MemRefDesc<4> c = cd, t = td;
+      fn(&c, &t, b, h, a.positions[b], a.new_lens[b]);
+    };
+    // Serial appends skip the parallel region entirely: LLVM's OpenMP
+    // runtime allocates even for a `parallel if(false)` region.
+    if (elems >= kParallelAppendElems) {
+#pragma omp parallel for collapse(2)
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+          copyHead(b, h);
+    } else {
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+          copyHead(b, h);
+    }
   }
+  accounting::RecordCopy(2 * elems * DTypeSize(a.k_cache.dtype));
   return Status::Ok();
 }
 
