@@ -690,18 +690,84 @@ struct Flash {
       }
     }
   }
-  // One dot-product row of W keys: acc[k] = q . K[k] along d, then haddp.
-  template <typename T>
-  static V QkRow(const float* qr, int64_t De, const void* const* kp) {
+  // QK^T for few rows (decode): RP rows x KB = W / RP keys per call, one
+  // accumulator per (row, key), so the W accumulators reduce to one vector
+  // with a single HAddP (lane r * KB + k). Per W floats of d: RP Q loads and
+  // KB K loads feed W FMAs, and each K vector is loaded once for all rows
+  // (a row-at-a-time dot loop loads every K vector RP times, which made QK
+  // twice the cost of P.V).
+  static constexpr int kQkRowGroup = W < 8 ? W : 8;
+  template <int RP, typename T>
+  static V QkBlock(const float* const* qr, const void* const* kp, int64_t De) {
+    constexpr int KB = W / RP;
     V acc[W];
-    for (int kk = 0; kk < W; ++kk) acc[kk] = X::Zero();
+    for (int i = 0; i < W; ++i) acc[i] = X::Zero();
     for (int64_t e = 0; e < De; e += W) {
-      const V qv = X::Load(qr + e);
-      for (int kk = 0; kk < W; ++kk)
-        acc[kk] =
-            X::Fma(qv, X::Load(static_cast<const T*>(kp[kk]) + e), acc[kk]);
+      V qv[RP];
+      for (int r = 0; r < RP; ++r) qv[r] = X::Load(qr[r] + e);
+      for (int kk = 0; kk < KB; ++kk) {
+        const V kv = X::Load(static_cast<const T*>(kp[kk]) + e);
+        for (int r = 0; r < RP; ++r)
+          acc[r * KB + kk] = X::Fma(qv[r], kv, acc[r * KB + kk]);
+      }
     }
     return X::HAddP(acc);
+  }
+#if defined(__AVX512BF16__)
+  // The same with vdpbf16ps over bf16 Q and K rows (d % 32 == 0).
+  template <int RP>
+  static V QkBlockDot(const uint16_t* const* qr, const void* const* kp,
+                      int64_t d) {
+    constexpr int KB = 16 / RP;
+    V acc[16];
+    __m512 dacc[16];
+    for (int i = 0; i < 16; ++i) dacc[i] = _mm512_setzero_ps();
+    for (int64_t e = 0; e < d; e += 32) {
+      __m512bh qv[RP];
+      for (int r = 0; r < RP; ++r)
+        qv[r] = (__m512bh)_mm512_loadu_si512(qr[r] + e);
+      for (int kk = 0; kk < KB; ++kk) {
+        const __m512bh kv = (__m512bh)_mm512_loadu_si512(
+            static_cast<const uint16_t*>(kp[kk]) + e);
+        for (int r = 0; r < RP; ++r)
+          dacc[r * KB + kk] = _mm512_dpbf16_ps(dacc[r * KB + kk], qv[r], kv);
+      }
+    }
+    for (int i = 0; i < 16; ++i) acc[i] = dacc[i];
+    return X::HAddP(acc);
+  }
+#endif
+  // S[r0 + r][0 .. W) for rn <= RP rows (padded rows read the zero row and
+  // are dropped) against the W keys kp.
+  template <int RP>
+  static void QkGroup(bool dot, bool bf16, const float* q, int64_t De,
+                      int64_t d, int64_t r0, int rn, const void* const* kp,
+                      const float* zero, float* srow) {
+    static_assert(RP <= W);
+    constexpr int KB = W / RP;
+    alignas(64) float t[W];
+    const float* qr[RP];
+    for (int r = 0; r < RP; ++r) qr[r] = r < rn ? q + (r0 + r) * De : zero;
+    for (int kb = 0; kb < W; kb += KB) {
+#if defined(__AVX512BF16__)
+      if (dot) {
+        const uint16_t* qb[RP];
+        for (int r = 0; r < RP; ++r)
+          qb[r] = r < rn ? reinterpret_cast<const uint16_t*>(q) + (r0 + r) * d
+                         : reinterpret_cast<const uint16_t*>(zero);
+        X::Store(t, QkBlockDot<RP>(qb, kp + kb, d));
+      } else
+#endif
+      {
+        (void)dot;
+        (void)d;
+        X::Store(t, bf16 ? QkBlock<RP, uint16_t>(qr, kp + kb, De)
+                         : QkBlock<RP, float>(qr, kp + kb, De));
+      }
+      for (int r = 0; r < rn; ++r)
+        for (int kk = 0; kk < KB; ++kk)
+          srow[r * kTileRows + kb + kk] = t[r * KB + kk];
+    }
   }
   // Software prefetch of n rows of `bytes` each (stride in bytes): the next
   // tile's K/V, spread over this tile's work. Streams restart at every tile
@@ -724,7 +790,8 @@ struct Flash {
     const bool bf16 = p.dtype == DType::kBF16;
     const bool tv = p.layout == KvLayout::kTransposedV;
     const bool dot = X::kBf16Dot && bf16 && d % 32 == 0;
-    const bool k_direct = d % W == 0;  // f32 or bf16 widened in registers
+    const bool k_direct = d % W == 0;     // f32 or bf16 widened in registers
+    const bool k_u16 = bf16 && k_direct;  // K rows read as bf16
     const bool v_direct = d % W == 0;
     const int64_t esize = DTypeSize(p.dtype);
     const char* kdata = static_cast<const char*>(a.k.data);
@@ -803,31 +870,19 @@ struct Flash {
             }
           }
         }
-        for (int64_t r = 0; r < R; ++r) {
-          V acc[W];
-#if defined(__AVX512BF16__)
-          if (dot) {
-            __m512 dacc[16];
-            for (int kk = 0; kk < 16; ++kk) dacc[kk] = _mm512_setzero_ps();
-            const uint16_t* qr = reinterpret_cast<const uint16_t*>(q) + r * d;
-            for (int64_t e = 0; e < d; e += 32) {
-              const __m512bh qv = (__m512bh)_mm512_loadu_si512(qr + e);
-              for (int kk = 0; kk < 16; ++kk)
-                dacc[kk] = _mm512_dpbf16_ps(
-                    dacc[kk], qv,
-                    (__m512bh)_mm512_loadu_si512(
-                        static_cast<const uint16_t*>(kp[kk]) + e));
-            }
-            for (int kk = 0; kk < 16; ++kk) acc[kk] = dacc[kk];
-            X::Store(sm + r * kTileRows + jb, X::HAddP(acc));
-            continue;
+        for (int64_t r0 = 0; r0 < R; r0 += kQkRowGroup) {
+          const int rn =
+              static_cast<int>(R - r0 < kQkRowGroup ? R - r0 : kQkRowGroup);
+          float* srow = sm + r0 * kTileRows + jb;
+          if (rn == 1) {
+            QkGroup<1>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow);
+          } else if (rn == 2) {
+            QkGroup<2>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow);
+          } else if (rn <= 4) {
+            QkGroup<4>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow);
+          } else {
+            QkGroup<kQkRowGroup>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow);
           }
-#endif
-          (void)acc;
-          const float* qr = q + r * De;
-          X::Store(sm + r * kTileRows + jb, bf16 && k_direct
-                                                ? QkRow<uint16_t>(qr, De, kp)
-                                                : QkRow<float>(qr, De, kp));
         }
       }
 
