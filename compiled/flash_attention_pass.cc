@@ -79,7 +79,6 @@ namespace {
 
 using utils::IteratorType;
 constexpr IteratorType kPar = IteratorType::parallel;
-constexpr IteratorType kRed = IteratorType::reduction;
 
 template <typename OpTy> bool bodyHas(linalg::GenericOp op) {
   bool found = false;
