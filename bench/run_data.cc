@@ -55,6 +55,39 @@ std::string ContextString(const json& ctx, const char* key,
   return it->get<std::string>();
 }
 
+// Google Benchmark writes non-finite doubles as bare NaN / Infinity /
+// -Infinity (e.g. the cv aggregate of a counter whose mean is 0), which is
+// not JSON. Outside strings they become null, which ingestion skips.
+std::string ReplaceNonFiniteTokens(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (std::string_view token : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.substr(i, token.size()) == token) {
+        out += "null";
+        i += token.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 bool IsExactMetric(std::string_view metric) {
@@ -64,7 +97,8 @@ bool IsExactMetric(std::string_view metric) {
 
 StatusOr<RunData> ParseGoogleBenchmarkJson(std::string_view text,
                                            std::string source) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json doc = json::parse(ReplaceNonFiniteTokens(text), nullptr,
+                         /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     return Status::InvalidArgument("benchmark json: " + source +
                                    " is not a JSON object");

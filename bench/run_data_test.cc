@@ -62,6 +62,26 @@ TEST(RunDataTest, ParsesRepetitionsCountersContextAndErrors) {
   EXPECT_TRUE(e.metrics.empty());
 }
 
+// Found by `./attnkit bench --quick` once every backend's in-place decode
+// step made 0 allocations: Google Benchmark writes the cv aggregate of a
+// counter with mean 0 as a bare NaN (not JSON), and ingestion rejected the
+// whole run.
+TEST(RunDataTest, AcceptsGoogleBenchmarkNaNAndInfinityTokens) {
+  auto run = ParseGoogleBenchmarkJson(R"({"benchmarks": [
+    {"name": "d/x", "run_name": "d/x", "run_type": "iteration",
+     "real_time": 2.0, "time_unit": "us", "allocs_per_step": 0,
+     "GBps": Infinity},
+    {"name": "d/x_cv", "run_name": "d/x", "run_type": "aggregate",
+     "aggregate_name": "cv", "real_time": 0.1, "time_unit": "us",
+     "allocs_per_step": NaN, "GBps": -Infinity,
+     "label": "a: NaN, stays text"}]})",
+                                      "nan.json");
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  const BenchmarkSamples& s = run->benchmarks.at("d/x");
+  EXPECT_EQ(s.metrics.at("allocs_per_step"), std::vector<double>{0.0});
+  EXPECT_EQ(s.metrics.count("GBps"), 0u);  // non-finite: not a sample
+}
+
 TEST(RunDataTest, RejectsMalformedInput) {
   auto r = ParseGoogleBenchmarkJson("{not json", "bad.json");
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
