@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "harness/canaries.h"
+#include "harness/test_support.h"
 #include "reference/reference.h"
 
 namespace attnkit::harness {
@@ -32,18 +33,8 @@ class Wrapped final : public Backend {
   Status supports_;
 };
 
-TestCase Case(const char* text) {
-  auto c = ParseTestCase(text);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return *c;
-}
-
-CheckResult RunOne(const TestCase& c, Backend& b) {
-  Backend* one[] = {&b};
-  auto r = RunCase(c, one);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return (*r)[0];
-}
+using testing::Case;
+using testing::RunOne;
 
 TEST(RunnerTest, TheReferencePassesPlainAndDecodeCases) {
   auto ref = reference::MakeReferenceBackend();

@@ -3,22 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "harness/canaries.h"
+#include "harness/test_support.h"
 
 namespace attnkit::harness {
 namespace {
 
-TestCase Case(const char* text) {
-  auto c = ParseTestCase(text);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return *c;
-}
-
-CheckResult RunOne(const TestCase& c, Backend& b) {
-  Backend* one[] = {&b};
-  auto r = RunCase(c, one);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return (*r)[0];
-}
+using testing::Case;
+using testing::RunOne;
 
 TEST(ShrinkCandidatesTest, AreValidAndCheaper) {
   for (uint64_t i = 0; i < 200; ++i) {
