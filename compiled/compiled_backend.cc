@@ -84,17 +84,6 @@ public:
 
   Status Supports(const AttentionProblem &p) const override {
     ATTNKIT_RETURN_IF_ERROR(p.Validate());
-    // Known bug (found by `./attnkit check --seed 1`, case index 963): the
-    // 16-row vectorized prefill kernel writes wrong results -- and out of
-    // bounds, a later crash -- for a GQA group of exactly 3 (groups 1, 2,
-    // 4..16 pass). Declined until the vectorizer is fixed, so the tester
-    // skips it rather than trusting it. Reproducer:
-    //   ./attnkit check --backends compiled --repro 'seed=1,index=963,
-    //   values=normal,pad=0,steps=0,b=1,hq=3,hkv=1,d=64,q=18,kv=67,mask=none'
-    if (p.group_size() == 3 && queryTileFor(p.max_q_len()) > 1)
-      return Status::Unimplemented(
-          "compiled: GQA group 3 with the prefill kernel (q_len >= " +
-          std::to_string(kDecodeMaxQueries) + ") is a known wrong-result bug");
     return Status::Ok();
   }
 

@@ -139,6 +139,33 @@ TEST(CompiledBackendTest, DecodeKernelSweepAgainstOracle) {
   EXPECT_EQ(cases, 24);
 }
 
+// Regression: the wide (16-row) kernel register-blocks QK^T as jb keys x
+// min(G, 4) row vectors with jb = 16 / min(G, 4); for G = 3 that is 5 keys,
+// which does not divide the 64-key tile, and the last block stored scores
+// for key 64 -- past the tile buffer (wrong results, then a crash). Every
+// group 1..8 plus 12 and 16, both V layouts, full and partial key tiles.
+TEST(CompiledBackendTest, WideKernelEveryGqaGroup) {
+  int cases = 0;
+  for (int64_t g : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16})
+    for (KvLayout layout : {KvLayout::kBHSD, KvLayout::kTransposedV})
+      for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
+        AttentionProblem p;
+        p.kv_heads = 1 + (g % 2);
+        p.q_heads = p.kv_heads * g;
+        p.head_dim = 64;
+        p.layout = layout;
+        p.mask = mask;
+        p.q_lens = {18};
+        p.kv_lens = {67 + 64 * (g % 3)};
+        ASSERT_EQ(specFor(p).queryTile, 16);
+        ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok()) << p.ToString();
+        SCOPED_TRACE(p.ToString());
+        checkAgainstOracle(p, 200 + cases);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 40);
+}
+
 // Decode (q_len 1) with one head: fewer work items than threads, so the keys
 // are split (flash-decoding) and the partial (out, lse) pairs merged.
 TEST(CompiledBackendTest, SplitKvDecodeMatchesOracle) {

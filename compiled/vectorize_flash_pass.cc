@@ -655,10 +655,13 @@ void Emitter::emitWide(Value i0, Value bq, Value lo, Value hi) {
               }
               return out;
             });
+        // jb need not divide the tile (G = 3: 5 keys): past the last key
+        // the block recomputed the last key's scores, so store them there
+        // again rather than past the tile buffer.
         for (int64_t x = 0; x < jb; ++x)
           for (int64_t y = 0; y < nv; ++y)
             storeV(res[x * nv + y], scores_,
-                   {add(jj0, cI(x)), cI((v0 + y) * kLanes)});
+                   {minI(add(jj0, cI(x)), last), cI((v0 + y) * kLanes)});
       });
     }
     // Modifier + online softmax, one vector of 16 rows at a time.
