@@ -1,5 +1,7 @@
 #include "runtime/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -63,11 +65,34 @@ std::array<int64_t, 4> ContiguousStrides(const std::array<int64_t, 4>& shape) {
   return PermutedStrides(shape, {0, 1, 2, 3});
 }
 
+namespace {
+
+// ATTNKIT_HUGE_PAGES=0 turns the huge-page advice off (A/B measurements, or
+// hosts where khugepaged compaction stalls hurt more than TLB misses).
+bool HugePagesWanted() {
+  static const bool wanted = [] {
+    const char* env = std::getenv("ATTNKIT_HUGE_PAGES");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return wanted;
+}
+
+}  // namespace
+
 AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
-  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded);
+  // Buffers of a huge page or more (KV caches, benchmark inputs) start on a
+  // 2 MiB boundary and ask for transparent huge pages before the first touch:
+  // a decode step streams the whole cache, and with 4 KiB pages every page
+  // is a TLB miss and a point where the hardware prefetcher stops (it does
+  // not cross page boundaries). The advice is best effort: with THP off it
+  // does nothing and the buffer still works.
+  const bool huge = bytes >= kHugePage && HugePagesWanted();
+  const size_t align = huge ? kHugePage : kAlignment;
+  const size_t rounded = (bytes + align - 1) / align * align;
+  data_ = std::aligned_alloc(align, rounded);
   if (data_ == nullptr) throw std::bad_alloc();
+  if (huge) madvise(data_, rounded, MADV_HUGEPAGE);
   std::memset(data_, 0, rounded);
 }
 

@@ -54,10 +54,14 @@ std::array<int64_t, 4> PermutedStrides(const std::array<int64_t, 4>& shape,
 std::array<int64_t, 4> ContiguousStrides(const std::array<int64_t, 4>& shape);
 
 // 64-byte aligned, zero-initialised heap memory (one cache line, and one
-// AVX-512 vector, per alignment unit). Move-only.
+// AVX-512 vector, per alignment unit); large buffers are backed by huge
+// pages where the kernel allows. Move-only.
 class AlignedBuffer {
  public:
   static constexpr size_t kAlignment = 64;
+  // Buffers at least this large are 2 MiB aligned and advised
+  // MADV_HUGEPAGE (see tensor.cc; ATTNKIT_HUGE_PAGES=0 opts out).
+  static constexpr size_t kHugePage = size_t{2} << 20;
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes);
   ~AlignedBuffer();

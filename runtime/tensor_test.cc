@@ -27,6 +27,26 @@ TEST(TensorTest, AllocationIsAlignedZeroedAndSized) {
   EXPECT_EQ(t.view.As<bf16>()[29].ToFloat(), 1.5f);
 }
 
+// Buffers of a huge page or more start on a 2 MiB boundary (so the kernel
+// can back them with transparent huge pages), are zeroed over their whole
+// size, and keep the size asked for; smaller ones keep 64-byte alignment.
+TEST(TensorTest, LargeBuffersAreHugePageAligned) {
+  const size_t big = AlignedBuffer::kHugePage + 3 * 64 + 5;
+  AlignedBuffer b(big);
+  EXPECT_EQ(b.size(), big);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % AlignedBuffer::kHugePage,
+            0u);
+  const auto* bytes = static_cast<const unsigned char*>(b.data());
+  size_t nonzero = 0;
+  for (size_t i = 0; i < big; ++i) nonzero += bytes[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  AlignedBuffer small(AlignedBuffer::kHugePage - 1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+  AlignedBuffer moved = std::move(b);
+  EXPECT_EQ(moved.size(), big);
+  EXPECT_EQ(b.data(), nullptr);
+}
+
 TEST(TensorTest, SliceSharesMemory) {
   Tensor t = Tensor::Contiguous(DType::kF32, {2, 2, 8, 4});
   TensorView s = t.view.Slice({1, 0, 3, 0}, {1, 2, 2, 4});
