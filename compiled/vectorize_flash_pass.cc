@@ -80,6 +80,9 @@ namespace attnkit::compiled {
 namespace {
 
 constexpr int64_t kLanes = 16; // f32 lanes of a zmm register
+/// How far ahead (in keys) the decode kernel prefetches K and V rows: one
+/// 64-key tile, so the next tile's lines are in flight during this one.
+constexpr int64_t kPrefetchKeys = 64;
 
 /// What the vectorizer needs from one fused query-tile loop.
 struct FlashLoop {
@@ -269,6 +272,18 @@ private:
   void storeS(Value val, Value mem, ValueRange idx) {
     memref::StoreOp::create(b_, loc_, val, mem, idx);
   }
+  /// Software prefetch (into L2) of every cache line of row `row` + the
+  /// prefetch distance of a row-major [n][D] memref, clamped to row n - 1.
+  void prefetchRow(Value mem, Value row) {
+    Value n = memref::DimOp::create(b_, loc_, mem, 0);
+    Value ahead = minI(add(row, cI(kPrefetchKeys)), sub(n, cI(1)));
+    const int64_t bytes = f_.d * (elemOf(mem).isF32() ? 4 : 2),
+                  perLine = 64 * f_.d / bytes;
+    for (int64_t o = 0; o < f_.d; o += perLine)
+      memref::PrefetchOp::create(b_, loc_, mem, ValueRange{ahead, cI(o)},
+                                 /*isWrite=*/false, /*localityHint=*/2,
+                                 /*isDataCache=*/true);
+  }
   Value add(Value a, Value c) { return arith::AddIOp::create(b_, loc_, a, c); }
   Value sub(Value a, Value c) { return arith::SubIOp::create(b_, loc_, a, c); }
   Value mul(Value a, Value c) { return arith::MulIOp::create(b_, loc_, a, c); }
@@ -347,6 +362,8 @@ private:
   void pvTransposedNarrow(Value j0, Value bk);
   void softmaxRowUpdate(Value rowIdx, Value mt, int64_t w,
                         function_ref<Value(Value ms)> expSum);
+  Value transposeReduce(SmallVector<Value> acc);
+  void qkNarrowBlock(Value j0, Value bk, int64_t r0, int64_t rb);
   void epilogue(Value i0, Value bq);
   void emitWide(Value i0, Value bq, Value lo, Value hi);
   void emitNarrow(Value i0, Value bq, Value lo, Value hi);
@@ -358,6 +375,7 @@ private:
   int64_t rows_ = 0; // R = G * BQ
   Value acc_, mrow_, lrow_, alpha_, scores_, qpack_;
   bool accTransposed_ = false;
+  bool prefetchV_ = false; // decode kernel: pvRows prefetches V rows ahead
 };
 
 /// Broadcasts a scalar to vector<w x T> (w = 0: keep scalars).
@@ -499,6 +517,8 @@ void Emitter::pvRows(Value j0, Value bk,
     SmallVector<Value> res =
         loop(cI(0), bk, cI(1), inits, [&](Value j, ValueRange a) {
           Value row = add(j0, j);
+          if (prefetchV_ && c0 == 0)
+            prefetchRow(f_.v, row);
           SmallVector<Value> vv;
           for (auto [o, w] : cs)
             vv.push_back(loadV(f_.v, {row, cI(o)}, w));
@@ -725,44 +745,117 @@ void Emitter::emitWide(Value i0, Value bq, Value lo, Value hi) {
   epilogue(i0, bq);
 }
 
+/// Reduces 16 vector<16xf32> to one vector whose lane l is the sum of the
+/// lanes of acc[l] (a transposing reduction: 15 adds and 30 two-source
+/// shuffles for 16 sums, against 16 x (4 shuffles + 4 adds) for 16 separate
+/// horizontal reductions). Level h halves every vector's segments: the pair
+/// (a, b) becomes t1 + t2 where t1 holds the first half of each segment of a
+/// and of b, t2 the second halves.
+Value Emitter::transposeReduce(SmallVector<Value> acc) {
+  assert(acc.size() == kLanes && "16 accumulators");
+  // owner[v][lane]: which accumulator's partial sum the lane holds.
+  SmallVector<SmallVector<int64_t>> owner;
+  for (int64_t a = 0; a < kLanes; ++a)
+    owner.push_back(SmallVector<int64_t>(kLanes, a));
+  for (int64_t h = kLanes / 2; h >= 1; h /= 2) {
+    SmallVector<Value> next;
+    SmallVector<SmallVector<int64_t>> nextOwner;
+    for (size_t v = 0; v < acc.size(); v += 2) {
+      SmallVector<int64_t> m1(kLanes), m2(kLanes), own(kLanes);
+      for (int64_t seg = 0; seg < kLanes; seg += 2 * h)
+        for (int64_t i = 0; i < h; ++i) {
+          m1[seg + i] = seg + i;                  // a, first half
+          m2[seg + i] = seg + h + i;              // a, second half
+          m1[seg + h + i] = kLanes + seg + i;     // b, first half
+          m2[seg + h + i] = kLanes + seg + h + i; // b, second half
+          own[seg + i] = owner[v][seg + i];
+          own[seg + h + i] = owner[v + 1][seg + i];
+        }
+      Value t1 = vector::ShuffleOp::create(b_, loc_, acc[v], acc[v + 1], m1);
+      Value t2 = vector::ShuffleOp::create(b_, loc_, acc[v], acc[v + 1], m2);
+      next.push_back(fadd(t1, t2));
+      nextOwner.push_back(own);
+    }
+    acc = next;
+    owner = nextOwner;
+  }
+  SmallVector<int64_t> perm(kLanes);
+  for (int64_t lane = 0; lane < kLanes; ++lane)
+    perm[owner[0][lane]] = lane;
+  return vector::ShuffleOp::create(b_, loc_, acc[0], acc[0], perm);
+}
+
+/// Scores of rows [r0, r0 + rb) against every key of the tile, kb = 16 / rb
+/// keys at a time: each K vector is loaded (and widened, for bf16) once for
+/// the rb rows, the 16 (row, key) dot products accumulate in 16 vectors and
+/// one transposeReduce yields all 16 scores. Keys past the tile end repeat
+/// its last key (scores_ rows stay in bounds: kb divides the tile; the
+/// softmax masks j >= bk).
+void Emitter::qkNarrowBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
+  const int64_t kb = kLanes / rb, d = f_.d, full = d / kLanes * kLanes;
+  Value last = sub(bk, cI(1));
+  loop(cI(0), bk, cI(kb), [&](Value jj0) {
+    SmallVector<Value> keys;
+    for (int64_t x = 0; x < kb; ++x)
+      keys.push_back(add(j0, minI(add(jj0, cI(x)), last)));
+    if (r0 == 0)
+      for (Value key : keys)
+        prefetchRow(f_.k, key);
+    auto step = [&](Value o, ValueRange a, bool tail) {
+      SmallVector<Value> qv, out(a.begin(), a.end());
+      for (int64_t y = 0; y < rb; ++y)
+        qv.push_back(loadV(qpack_, {cI(r0 + y), o}, kLanes));
+      for (int64_t x = 0; x < kb; ++x) {
+        Value kv = tail ? loadMasked(f_.k, {keys[x], o}, kLanes, cI(d - full))
+                        : loadV(f_.k, {keys[x], o}, kLanes);
+        for (int64_t y = 0; y < rb; ++y)
+          out[y * kb + x] = fma(kv, qv[y], out[y * kb + x]);
+      }
+      return out;
+    };
+    SmallVector<Value> acc(kLanes, splatF(0.0f, kLanes));
+    if (full)
+      acc = loop(cI(0), cI(full), cI(kLanes), acc,
+                 [&](Value o, ValueRange a) { return step(o, a, false); });
+    if (full < d)
+      acc = step(cI(full), acc, true);
+    Value sums = transposeReduce(acc);
+    for (int64_t y = 0; y < rb; ++y) {
+      Value part = vector::ExtractStridedSliceOp::create(
+          b_, loc_, sums, ArrayRef<int64_t>{y * kb}, ArrayRef<int64_t>{kb},
+          ArrayRef<int64_t>{1});
+      storeV(part, scores_, {cI(r0 + y), jj0});
+    }
+  });
+}
+
 void Emitter::emitNarrow(Value i0, Value bq, Value lo, Value hi) {
   const int64_t d = f_.d, bkMax = f_.bk;
   const float negInf = -std::numeric_limits<float>::infinity();
   auto dch = chunks(d);
-  // q[r][:] in f32, rows past bq repeat the last row (never written out).
+  // q[r][:] in f32, rows past bq repeat the last row (never written out);
+  // zero past d up to a whole vector, so QKᵀ needs no tail vectors.
   loop(cI(0), cI(rows_), cI(1), [&](Value r) {
     Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
     Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
     Value row = add(i0, minI(i, sub(bq, cI(1))));
-    for (auto [o, w] : dch)
-      storeV(loadV(f_.q, {g, row, cI(o)}, w), qpack_, {r, cI(o)});
+    for (auto [o, w] : dch) {
+      Value x = w == kLanes ? loadV(f_.q, {g, row, cI(o)}, w)
+                            : loadMasked(f_.q, {g, row, cI(o)}, kLanes, cI(w));
+      storeV(x, qpack_, {r, cI(o)});
+    }
   });
   initTile(Value());
 
   loop(lo, hi, cI(bkMax), [&](Value j0) {
     Value bk = minI(cI(bkMax), sub(hi, j0));
-    // S[r][j] = reduce(K[j0+j][:] * q[r][:]): each K row is read once, at
-    // full vector width.
-    loop(cI(0), bk, cI(1), [&](Value j) {
-      Value key = add(j0, j);
-      SmallVector<Value> kv;
-      for (auto [o, w] : dch)
-        kv.push_back(loadV(f_.k, {key, cI(o)}, w));
-      for (int64_t r = 0; r < rows_; ++r) {
-        Value full = splatF(0.0f, kLanes), tail;
-        for (size_t c = 0; c < dch.size(); ++c) {
-          Value qv = loadV(qpack_, {cI(r), cI(dch[c].first)}, dch[c].second);
-          if (dch[c].second == kLanes)
-            full = fma(kv[c], qv, full);
-          else
-            tail = fma(kv[c], qv, splatF(0.0f, dch[c].second));
-        }
-        Value s = reduce(vector::CombiningKind::ADD, full);
-        if (tail)
-          s = fadd(s, reduce(vector::CombiningKind::ADD, tail));
-        storeS(s, scores_, {cI(r), j});
-      }
-    });
+    // S[r][j] = K[j0+j][:] . q[r][:], in blocks of rb rows x 16/rb keys
+    // (16 dot products, reduced together).
+    for (int64_t r0 = 0, rb = 8; r0 < rows_; r0 += rb) {
+      while (rb > rows_ - r0)
+        rb /= 2;
+      qkNarrowBlock(j0, bk, r0, rb);
+    }
     // Modifier + online softmax along keys, row by row.
     loop(cI(0), cI(rows_), cI(1), [&](Value r) {
       Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
@@ -806,6 +899,7 @@ void Emitter::emitNarrow(Value i0, Value bq, Value lo, Value hi) {
     if (f_.vTransposed) {
       pvTransposedNarrow(j0, bk);
     } else {
+      prefetchV_ = true;
       const int64_t rb = std::min<int64_t>(rows_, kLanes);
       for (int64_t r0 = 0; r0 < rows_; r0 += rb)
         pvRows(
@@ -828,7 +922,7 @@ void Emitter::emit() {
     qpack_ = tileBuffer({f_.d, rows_});
     scores_ = tileBuffer({f_.bk, rows_});
   } else {
-    qpack_ = tileBuffer({rows_, f_.d});
+    qpack_ = tileBuffer({rows_, (f_.d + kLanes - 1) / kLanes * kLanes});
     scores_ = tileBuffer({rows_, f_.bk});
   }
   acc_ = accTransposed_ ? tileBuffer({f_.d, rows_}) : tileBuffer({rows_, f_.d});

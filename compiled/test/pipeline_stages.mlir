@@ -43,18 +43,25 @@
 // VEC: return
 
 // Decode (--q-len 1): query tile 1, so R = 4 rows; q widened from bf16 once
-// per query, K rows streamed at full width (bf16 -> f32 on load) and reduced,
-// scores S[R][64] with the softmax along keys.
+// per query, K streamed at full width (bf16 -> f32 on load, prefetched a tile
+// ahead) in blocks of 4 rows x 4 keys whose 16 dot products are reduced
+// together by shuffles (no per-score horizontal reduction), scores S[R][64]
+// with the softmax along keys.
 // DECODE-DAG: memref.alloca() {{.*}} : memref<4x64xf32>
 // DECODE-DAG: memref.alloca() {{.*}} : memref<4x128xf32>
 // DECODE: scf.for %{{.*}} = %c0 to %{{.*}} step %c1 {
 // DECODE: vector.load %arg0{{.*}} vector<16xbf16>
 // DECODE: scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step %c64 {
+// DECODE: scf.for %[[JJ:.*]] = %c0 to %{{.*}} step %c4
+// DECODE: memref.prefetch %arg1
 // DECODE: vector.load %arg1{{.*}} vector<16xbf16>
 // DECODE: arith.extf {{.*}} : vector<16xbf16> to vector<16xf32>
 // DECODE: vector.fma
-// DECODE: vector.reduction <add>
+// DECODE: vector.shuffle
+// DECODE-NOT: vector.reduction <add>
+// DECODE: vector.store {{.*}} vector<4xf32>
 // DECODE: vector.reduction <maximumf>
+// DECODE: memref.prefetch %arg2
 // DECODE-NOT: memref.alloc(
 
 // LLVM: llvm.func @attention(
