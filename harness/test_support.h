@@ -58,8 +58,8 @@ inline CheckResult ExpectMatchesOracle(
   const CheckResult r = RunOne(c, b);
   char ratio[32];
   std::snprintf(ratio, sizeof(ratio), "%.3g", r.ratio);
-  EXPECT_EQ(r.outcome, Outcome::kPass)
-      << OutcomeName(r.outcome) << ", error/bound " << ratio << "\n"
+  EXPECT_EQ(OutcomeName(r.outcome), OutcomeName(Outcome::kPass))
+      << "error/bound " << ratio << "\n"
       << FormatResult(c, r) << "  Replay: " << ReproducerCommand(c, r.backend);
   return r;
 }
