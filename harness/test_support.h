@@ -6,7 +6,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "harness/report.h"
 #include "harness/runner.h"
@@ -43,25 +46,49 @@ inline CheckResult RunOne(const TestCase& c, Backend& b) {
 
 // The one way a backend's unit tests compare it with the f64 oracle: `p` as
 // a plain case (values drawn by the runner from `seed` and `profile`, K/V
-// extents p.max_kv_len() + kv_pad) run on `b` alone, with the project's
-// tolerance model and the runner's NaN/Inf and stray-write checks. Expects a
-// pass; a failure prints the runner's report and the case string, which
+// extents p.max_kv_len() + kv_pad) run on each of `backends` (the oracle and
+// the bounds computed once), with the project's tolerance model and the
+// runner's NaN/Inf and stray-write checks. Expects every backend to pass; a
+// failure prints the runner's report and the case string, which
 // `./attnkit check --repro` replays (on the backend's default options).
-inline CheckResult ExpectMatchesOracle(
-    Backend& b, const AttentionProblem& p, uint64_t seed,
-    ValueProfile profile = ValueProfile::kNormal, int64_t kv_pad = 0) {
+inline std::vector<CheckResult> ExpectMatchesOracle(
+    std::span<Backend* const> backends, const AttentionProblem& p,
+    uint64_t seed, ValueProfile profile = ValueProfile::kNormal,
+    int64_t kv_pad = 0) {
   TestCase c;
   c.seed = seed;
   c.problem = p;
   c.profile = profile;
   c.kv_pad = kv_pad;
-  const CheckResult r = RunOne(c, b);
-  char ratio[32];
-  std::snprintf(ratio, sizeof(ratio), "%.3g", r.ratio);
-  EXPECT_EQ(OutcomeName(r.outcome), OutcomeName(Outcome::kPass))
-      << "error/bound " << ratio << "\n"
-      << FormatResult(c, r) << "  Replay: " << ReproducerCommand(c, r.backend);
-  return r;
+  auto r = RunCase(c, backends);
+  if (!r.ok()) {
+    ADD_FAILURE() << "bad case " << c.ToString() << ": "
+                  << r.status().ToString();
+    std::vector<CheckResult> bad(backends.size());
+    for (size_t i = 0; i < bad.size(); ++i) {
+      bad[i].backend = std::string(backends[i]->name());
+      bad[i].outcome = Outcome::kError;
+      bad[i].message = r.status().ToString();
+      bad[i].problem = p;
+    }
+    return bad;
+  }
+  for (const CheckResult& x : *r) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof(ratio), "%.3g", x.ratio);
+    EXPECT_EQ(OutcomeName(x.outcome), OutcomeName(Outcome::kPass))
+        << "error/bound " << ratio << "\n"
+        << FormatResult(c, x)
+        << "  Replay: " << ReproducerCommand(c, x.backend);
+  }
+  return std::move(r).value();
+}
+
+inline CheckResult ExpectMatchesOracle(
+    Backend& b, const AttentionProblem& p, uint64_t seed,
+    ValueProfile profile = ValueProfile::kNormal, int64_t kv_pad = 0) {
+  Backend* one[] = {&b};
+  return ExpectMatchesOracle(one, p, seed, profile, kv_pad)[0];
 }
 
 }  // namespace attnkit::harness::testing
