@@ -1,4 +1,5 @@
-// Helpers shared by the harness's unit tests (test-only; needs GoogleTest).
+// Helpers for unit tests that run cases through the harness: its own tests
+// and the backends' (test-only; needs GoogleTest).
 #ifndef ATTNKIT_HARNESS_TEST_SUPPORT_H_
 #define ATTNKIT_HARNESS_TEST_SUPPORT_H_
 
