@@ -110,6 +110,26 @@ TEST(CompiledBackendTest, WideKernelEveryGqaGroup) {
   EXPECT_EQ(cases, 40);
 }
 
+// Regression (problem_validate_fuzz: one input spent 86 s in the JIT): the
+// kernels unroll over the GQA group, so huge groups are declined with a
+// status naming the group, and the largest accepted group still compiles.
+TEST(CompiledBackendTest, HugeGqaGroupIsDeclinedNotCompiled) {
+  AttentionProblem p;
+  p.kv_heads = 1;
+  p.q_heads = 129;
+  p.head_dim = 8;
+  p.q_lens = {1};
+  p.kv_lens = {5};
+  const Status s = MakeCompiledBackend()->Supports(p);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("q_heads/kv_heads=129"), std::string::npos)
+      << s.message();
+  p.q_heads = 128;
+  ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok());
+  auto backend = MakeCompiledBackend();
+  ExpectMatchesOracle(*backend, p, 3);
+}
+
 // Decode (q_len 1) with one head: fewer work items than threads, so the keys
 // are split (flash-decoding) and the partial (out, lse) pairs merged.
 TEST(CompiledBackendTest, SplitKvDecodeMatchesOracle) {
