@@ -114,12 +114,9 @@ TEST(CompiledBackendTest, WideKernelEveryGqaGroup) {
 // kernels unroll over the GQA group, so huge groups are declined with a
 // status naming the group, and the largest accepted group still compiles.
 TEST(CompiledBackendTest, HugeGqaGroupIsDeclinedNotCompiled) {
-  AttentionProblem p;
-  p.kv_heads = 1;
-  p.q_heads = 129;
-  p.head_dim = 8;
-  p.q_lens = {1};
-  p.kv_lens = {5};
+  auto parsed = ParseProblem("b=1,hq=129,hkv=1,d=8,q=1,kv=5");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  AttentionProblem p = *parsed;
   const Status s = MakeCompiledBackend()->Supports(p);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("q_heads/kv_heads=129"), std::string::npos)
