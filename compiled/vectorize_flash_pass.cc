@@ -277,8 +277,8 @@ private:
   void prefetchRow(Value mem, Value row) {
     Value n = memref::DimOp::create(b_, loc_, mem, 0);
     Value ahead = minI(add(row, cI(kPrefetchKeys)), sub(n, cI(1)));
-    const int64_t bytes = f_.d * (elemOf(mem).isF32() ? 4 : 2),
-                  perLine = 64 * f_.d / bytes;
+    // Elements per 64-byte line: 16 f32 or 32 bf16.
+    const int64_t perLine = elemOf(mem).isF32() ? 16 : 32;
     for (int64_t o = 0; o < f_.d; o += perLine)
       memref::PrefetchOp::create(b_, loc_, mem, ValueRange{ahead, cI(o)},
                                  /*isWrite=*/false, /*localityHint=*/2,
