@@ -5,11 +5,14 @@
 //   runs                  list the stored runs
 //   compare BASE NEW      gate NEW against BASE; exit 1 on a regression
 //   dashboard [-o FILE]   write the HTML page (default: bench_dashboard.html)
-//   summary RUN           calibration and %peak per backend and suite
+//   summary RUN           calibration and %peak per backend and suite, and
+//                         every decode benchmark as a % of the same run's
+//                         read bandwidth (pct_read_bw_same_run)
 // Common flags: --db PATH (default $ATTNKIT_HISTORY_DB or
 // ~/.attnkit/history.sqlite). BASE and NEW are run ids, latest, latest~N, sha
 // prefixes, or paths of JSON files (read without storing).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -20,6 +23,7 @@
 
 #include "bench/compare.h"
 #include "bench/dashboard.h"
+#include "bench/decode_bandwidth.h"
 #include "bench/history.h"
 #include "bench/run_data.h"
 #include "bench/stats.h"
@@ -37,7 +41,9 @@ constexpr const char* kUsage =
     "                            prefix, or a .json file\n"
     "  dashboard [-o FILE] [--host HOST]\n"
     "                            write the static HTML dashboard\n"
-    "  summary RUN               calibration and %peak per backend and suite\n";
+    "  summary RUN               calibration and %peak per backend and suite;\n"
+    "                            decode GB/s as % of the same run's\n"
+    "                            calibration/read_bw (pct_read_bw_same_run)\n";
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "attnkit bench: %s\n", s.ToString().c_str());
@@ -67,38 +73,65 @@ StatusOr<double> ParseFraction(const std::string& flag,
 }
 
 // Per backend and suite: how many benchmarks report pct_peak, and the
-// median, min and max of their median %peak.
+// median, min and max of their median %peak; for decode also the median of
+// pct_read_bw_same_run. Then every decode benchmark against the run's own
+// read bandwidth.
 void PrintSummary(const RunData& run) {
   auto field = [&](const char* key) { return ContextValue(run.info, key); };
   std::printf(
-      "calibration (%s, %s threads): FMA peak %s GFLOPS on 1 thread, %s "
-      "GFLOPS on all; read bandwidth %s GB/s\n",
+      "calibration at start of run (%s, %s threads): FMA peak %s GFLOPS on 1 "
+      "thread, %s GFLOPS on all; read bandwidth %s GB/s\n",
       field("fma_isa").c_str(), field("omp_threads").c_str(),
       field("calib_fma_gflops_1t").c_str(),
       field("calib_fma_gflops_all").c_str(),
       field("calib_read_gbps_all").c_str());
-  std::map<std::pair<std::string, std::string>, std::vector<double>> groups;
+  const DecodeBandwidthReport decode = DecodeVsReadBandwidth(run);
+  std::map<std::string, double> same_run;
+  for (const DecodeBandwidthRow& r : decode.rows) {
+    if (!std::isnan(r.pct_read_bw_same_run)) {
+      same_run[r.benchmark] = r.pct_read_bw_same_run;
+    }
+  }
+  struct Group {
+    std::vector<double> pct_peak, same_run;
+  };
+  std::map<std::pair<std::string, std::string>, Group> groups;
   for (const auto& [name, s] : run.benchmarks) {
     auto m = s.metrics.find("pct_peak");
     if (m == s.metrics.end() || m->second.empty()) continue;
     const size_t a = name.find('/'), b = name.find('/', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
-    groups[{name.substr(a + 1, b - a - 1), name.substr(0, a)}].push_back(
-        Median(m->second));
+    Group& g = groups[{name.substr(a + 1, b - a - 1), name.substr(0, a)}];
+    g.pct_peak.push_back(Median(m->second));
+    if (auto r = same_run.find(name); r != same_run.end()) {
+      g.same_run.push_back(r->second);
+    }
   }
-  std::printf("%-12s %-10s %6s %14s %18s\n", "backend", "suite", "count",
-              "median %peak", "min..max %peak");
-  for (auto& [key, v] : groups) {
-    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-    char range[64];
+  std::printf("%-12s %-10s %6s %14s %18s %21s\n", "backend", "suite", "count",
+              "median %peak", "min..max %peak",
+              std::string(kPctReadBwSameRun).c_str());
+  for (auto& [key, g] : groups) {
+    const auto [lo, hi] =
+        std::minmax_element(g.pct_peak.begin(), g.pct_peak.end());
+    char range[64], same[32] = "-";
     std::snprintf(range, sizeof(range), "%.2f..%.2f", *lo, *hi);
-    std::printf("%-12s %-10s %6zu %14.2f %18s\n", key.first.c_str(),
-                key.second.c_str(), v.size(), Median(v), range);
+    if (key.second == "decode") {
+      if (g.same_run.empty()) {
+        std::snprintf(same, sizeof(same), "n/a");
+      } else {
+        std::snprintf(same, sizeof(same), "%.2f", Median(g.same_run));
+      }
+    }
+    std::printf("%-12s %-10s %6zu %14.2f %18s %21s\n", key.first.c_str(),
+                key.second.c_str(), g.pct_peak.size(), Median(g.pct_peak),
+                range, same);
   }
   std::printf(
-      "(prefill: %% of the FMA peak, the larger of 1 and all threads; decode: "
-      "%% of the "
-      "read bandwidth)\n");
+      "(prefill %%peak: of the FMA peak, the larger of 1 and all threads; "
+      "decode %%peak: of the start-of-run read bandwidth; %s: median decode "
+      "GB/s over the median calibration/read_bw GB/s of this run)\n\n",
+      std::string(kPctReadBwSameRun).c_str());
+  std::fputs(FormatDecodeBandwidth(decode).c_str(), stdout);
 }
 
 int Main(int argc, char** argv) {

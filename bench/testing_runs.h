@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "bench/run_data.h"
 #include "runtime/random.h"
@@ -76,6 +77,51 @@ inline RunData SyntheticRun(const std::string& sha, const std::string& date,
     run.benchmarks[name] = s;
   }
   return run;
+}
+
+// The synthetic decode benchmark, and the name attnkit_bench gives its
+// read-bandwidth calibration at `threads` threads.
+inline constexpr const char* kSyntheticDecode =
+    "decode/reference/kv_len:4096/bf16:0/batch:1/real_time";
+inline std::string ReadBwName(int threads) {
+  return "calibration/read_bw/threads:" + std::to_string(threads) +
+         "/real_time";
+}
+
+// The context attnkit_bench writes: the OpenMP thread count the decode
+// benchmarks run on, and the one-off start-of-run read bandwidth that their
+// pct_peak counter divides by. omp_threads <= 0 leaves it out.
+inline void SetBandwidthContext(RunData& run, int omp_threads,
+                                double start_gbps) {
+  std::string ctx =
+      "{\"calib_read_gbps_all\": \"" + std::to_string(start_gbps) + "\"";
+  if (omp_threads > 0) {
+    ctx += ", \"omp_threads\": \"" + std::to_string(omp_threads) + "\"";
+  }
+  run.info.context_json = ctx + "}";
+}
+
+// Adds calibration/read_bw/threads:N with one GBps value per repetition (and
+// the time a 1 GiB sweep takes at that rate).
+inline void AddReadBandwidth(RunData& run, int threads,
+                             const std::vector<double>& gbps) {
+  BenchmarkSamples& s = run.benchmarks[ReadBwName(threads)];
+  for (double g : gbps) {
+    s.metrics[std::string(kTimeMetric)].push_back(1.073741824e9 / g);
+    s.metrics["GBps"].push_back(g);
+  }
+}
+
+// Gives decode benchmark `bench` one GBps value per repetition and the
+// pct_peak counter attnkit_bench derives from it: against the start-of-run
+// calibration `start_gbps`.
+inline void SetDecodeBandwidth(RunData& run, const std::string& bench,
+                               const std::vector<double>& gbps,
+                               double start_gbps) {
+  BenchmarkSamples& s = run.benchmarks[bench];
+  s.metrics["GBps"] = gbps;
+  s.metrics["pct_peak"].clear();
+  for (double g : gbps) s.metrics["pct_peak"].push_back(100 * g / start_gbps);
 }
 
 }  // namespace attnkit::bench::testing

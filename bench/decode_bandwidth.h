@@ -1,0 +1,77 @@
+// Decode figures as a fraction of the read bandwidth measured in the SAME run.
+//
+// Why: the memory read bandwidth of this shared host swings between 26 and
+// 71 GB/s within minutes (other tenants), so the one-off calibration taken at
+// start-up (the `pct_peak` counter, `calib_read_gbps_all`) can be off by 1.5x
+// for a benchmark measured minutes later. `calibration/read_bw/threads:N` is
+// an ordinary benchmark of the run: with random interleaving its repetitions
+// are spread over the whole run like the decode ones, so
+//   pct_read_bw_same_run = 100 * median(decode GBps) / median(read_bw GBps)
+// compares two figures that sampled the same tenant load. Medians, not means:
+// one repetition taken while a neighbour streams memory drags a mean by 20%.
+// The divisor is the read_bw instance at the decode benchmarks' thread count
+// (context `omp_threads`: decode kernels run on every OpenMP thread).
+#ifndef ATTNKIT_BENCH_DECODE_BANDWIDTH_H_
+#define ATTNKIT_BENCH_DECODE_BANDWIDTH_H_
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench/run_data.h"
+#include "runtime/status.h"
+
+namespace attnkit::bench {
+
+// The figure's name wherever it is shown (summary, dashboard).
+inline constexpr std::string_view kPctReadBwSameRun = "pct_read_bw_same_run";
+inline constexpr std::string_view kReadBwPrefix = "calibration/read_bw/";
+
+// The run's own read-bandwidth benchmark, the ratio's divisor.
+struct ReadBandwidth {
+  std::string benchmark;  // e.g. calibration/read_bw/threads:2/real_time
+  int threads = 0;
+  double median_gbps = 0;
+  double min_gbps = 0, max_gbps = 0;
+  size_t repetitions = 0;
+  std::string note;  // how it was chosen, when not by context omp_threads
+};
+
+// The read_bw benchmark of `run` at the decode benchmarks' thread count.
+// NOT_FOUND when the run has none (filtered out) or none at that count;
+// FAILED_PRECONDITION when it errored or reports no positive GBps. The
+// message says which, for people.
+StatusOr<ReadBandwidth> SameRunReadBandwidth(const RunData& run);
+
+struct DecodeBandwidthRow {
+  std::string benchmark;
+  size_t repetitions = 0;
+  double median_gbps = 0;     // NaN when the benchmark errored
+  double pct_peak_start = 0;  // median pct_peak (start-of-run); NaN if none
+  double pct_read_bw_same_run = 0;  // NaN when the run has no divisor
+  std::string error;                // SkipWithError message, if any
+};
+
+struct DecodeBandwidthReport {
+  StatusOr<ReadBandwidth> read_bw = Status::NotFound("not computed");
+  std::string calib_read_gbps_start;     // context calib_read_gbps_all, or "?"
+  std::vector<DecodeBandwidthRow> rows;  // every decode/ benchmark, by name
+};
+
+// Every decode/ benchmark of `run` (not decode_step/) with its median GBps
+// against the same run's read bandwidth.
+DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run);
+
+// pct_read_bw_same_run of each decode benchmark of `run`; empty when the run
+// has no usable read_bw benchmark.
+std::map<std::string, double> PctReadBwSameRun(const RunData& run);
+
+// The text `attnkit bench summary` prints: the divisor (or why there is
+// none), then one line per decode benchmark.
+std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report);
+
+}  // namespace attnkit::bench
+
+#endif  // ATTNKIT_BENCH_DECODE_BANDWIDTH_H_
