@@ -81,6 +81,54 @@ TEST_F(BenchToolTest, CompareExitStatusIsTheGate) {
   EXPECT_GT(fs::file_size(dir_ / "d.html"), 1000u);
 }
 
+// `summary` prints each decode benchmark against the read_bw median of the
+// run it names (from a file or from the store), and says when there is none.
+TEST_F(BenchToolTest, SummaryDividesDecodeByTheSameRunsReadBandwidth) {
+  auto run = [](const std::string& sha, const std::string& date,
+                double read_bw) {
+    RunData r = testing::SyntheticRun(sha, date, 1, 5);
+    testing::SetBandwidthContext(r, 2, 52);
+    testing::SetDecodeBandwidth(r, testing::kSyntheticDecode,
+                                {8, 9, 10, 19, 20}, 52);
+    testing::AddReadBandwidth(r, 1, {5, 5, 5, 5, 5});  // not the divisor
+    if (read_bw > 0) {
+      testing::AddReadBandwidth(r, 2,
+                                {read_bw, 0.65 * read_bw, 1.75 * read_bw,
+                                 0.75 * read_bw, 1.78 * read_bw});
+    }
+    return r;
+  };
+  const std::string a = Write("a.json", run("bbbb0001", "2026-03-01", 40));
+  const std::string b = Write("b.json", run("bbbb0002", "2026-03-02", 20));
+  const std::string none = Write("c.json", run("bbbb0003", "2026-03-03", 0));
+  std::string out;
+  ASSERT_EQ(Tool("summary " + a, &out), 0) << out;
+  // The per-backend line: count 1, %peak 19.23 (start of run), same-run 25.
+  EXPECT_NE(out.find("reference    decode          1          19.23"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("19.23..19.23                 25.00"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("calibration/read_bw/threads:2/real_time median 40.00 "
+                     "GB/s over 5 repetitions"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(Tool("ingest " + a + " " + b + " " + none, &out), 0) << out;
+  ASSERT_EQ(Tool("summary latest~1", &out), 0) << out;
+  EXPECT_NE(out.find("19.23..19.23                 50.00"), std::string::npos)
+      << out;
+  ASSERT_EQ(Tool("summary bbbb0001", &out), 0) << out;
+  EXPECT_NE(out.find("19.23..19.23                 25.00"), std::string::npos)
+      << out;
+  ASSERT_EQ(Tool("summary latest", &out), 0) << out;
+  EXPECT_NE(out.find("19.23..19.23                   n/a"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("pct_read_bw_same_run: not available: the run has no "
+                     "calibration/read_bw/threads:2"),
+            std::string::npos)
+      << out;
+}
+
 TEST_F(BenchToolTest, BadInputIsExitTwoWithAReason) {
   std::string out;
   EXPECT_EQ(Tool("compare latest", &out), 2);

@@ -7,6 +7,7 @@
 #include <set>
 #include <string_view>
 
+#include "bench/decode_bandwidth.h"
 #include "bench/stats.h"
 
 namespace attnkit::bench {
@@ -56,7 +57,7 @@ std::vector<PlotSpec> PlotsFor(const std::set<std::string>& metrics) {
   for (const PlotSpec& s :
        std::vector<PlotSpec>{{"GFLOPS", "GFLOPS"},
                              {"GBps", "GB/s"},
-                             {"pct_peak", "% of calibrated peak"},
+                             {"pct_peak", "% of start-of-run calibration"},
                              {"allocs_per_step", "allocations / step"},
                              {"bytes_copied_per_step", "bytes copied / step"},
                              {"first_over_warm", "first call / warmed call"}}) {
@@ -65,26 +66,35 @@ std::vector<PlotSpec> PlotsFor(const std::set<std::string>& metrics) {
   return specs;
 }
 
-// One small line plot: per run the median (polyline vertex, circle) and the
-// min..max of the repetitions (whisker).
-std::string Plot(const std::vector<RunData>& runs, const std::string& bench,
-                 const PlotSpec& spec, const std::vector<bool>& flagged) {
-  constexpr double kW = 300, kH = 140, kLeft = 58, kRight = 8, kTop = 18,
-                   kBottom = 26;
-  struct Point {
-    size_t run;
-    double median, lo, hi;
-  };
+// One plot point: a run's median and the min..max of its repetitions.
+struct Point {
+  size_t run;
+  double median, lo, hi;
+};
+
+std::vector<Point> MetricPoints(const std::vector<RunData>& runs,
+                                const std::string& bench,
+                                const std::string& metric) {
   std::vector<Point> pts;
   for (size_t i = 0; i < runs.size(); ++i) {
     auto b = runs[i].benchmarks.find(bench);
     if (b == runs[i].benchmarks.end()) continue;
-    auto m = b->second.metrics.find(spec.metric);
+    auto m = b->second.metrics.find(metric);
     if (m == b->second.metrics.end() || m->second.empty()) continue;
     const auto [lo, hi] =
         std::minmax_element(m->second.begin(), m->second.end());
     pts.push_back({i, Median(m->second), *lo, *hi});
   }
+  return pts;
+}
+
+// One small line plot: per run the median (polyline vertex, circle) and the
+// min..max of the repetitions (whisker).
+std::string Plot(const std::vector<RunData>& runs,
+                 const std::vector<Point>& pts, const PlotSpec& spec,
+                 const std::vector<bool>& flagged) {
+  constexpr double kW = 300, kH = 140, kLeft = 58, kRight = 8, kTop = 18,
+                   kBottom = 26;
   std::string svg = "<svg class=\"plot\" data-metric=\"" + Escape(spec.metric) +
                     "\" width=\"" + Num(kW) + "\" height=\"" + Num(kH) +
                     "\" viewBox=\"0 0 " + Num(kW) + " " + Num(kH) +
@@ -164,6 +174,7 @@ svg.plot{background:#fafafa;margin-right:4px}
 .pt.regression{fill:#d62728;stroke:#600;stroke-width:1}
 .tick{font-size:9px;fill:#555}.ptitle{font-size:11px;fill:#222}
 #status{color:#666;font-size:12px}
+.missing{color:#900}
 )css";
 
 // Filters benchmarks by a regular expression, and reports how many plots the
@@ -261,6 +272,62 @@ std::string RenderDashboard(const std::vector<RunData>& runs,
     h += "</table>\n";
   }
 
+  // Decode against the read bandwidth measured in the same run: the figure
+  // to quote (see decode_bandwidth.h for why not pct_peak).
+  std::vector<std::map<std::string, double>> same_run_pct(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    same_run_pct[i] = PctReadBwSameRun(runs[i]);
+  }
+  const DecodeBandwidthReport bw = DecodeVsReadBandwidth(runs.back());
+  h += "<h2>Decode vs the read bandwidth of the same run (latest run)</h2>\n"
+       "<p><code>pct_read_bw_same_run</code> = 100 &times; median decode GB/s "
+       "/ median GB/s of <code>calibration/read_bw</code> at the decode "
+       "thread count, both from the same run (repetitions interleaved, so "
+       "both sample the same tenant load). <code>pct_peak</code> divides by "
+       "the one-off calibration taken at the start of the run; this host's "
+       "read bandwidth swings between 26 and 71 GB/s within minutes, so that "
+       "can be off by 1.5x.</p>\n";
+  if (bw.read_bw.ok()) {
+    h += "<p id=\"read-bw\">" + Escape(ShortSha(last)) + ": <code>" +
+         Escape(bw.read_bw->benchmark) + "</code> median <b>" +
+         Escape(FormatMetric("", bw.read_bw->median_gbps)) + " GB/s</b> over " +
+         std::to_string(bw.read_bw->repetitions) + " repetitions (" +
+         Escape(FormatMetric("", bw.read_bw->min_gbps)) + ".." +
+         Escape(FormatMetric("", bw.read_bw->max_gbps)) +
+         "); start-of-run calibration " +
+         (std::isnan(bw.calib_read_gbps_start)
+              ? std::string("not recorded")
+              : FormatMetric("", bw.calib_read_gbps_start) + " GB/s") +
+         (bw.read_bw->note.empty() ? ""
+                                   : " (" + Escape(bw.read_bw->note) + ")") +
+         ".</p>\n";
+  } else {
+    h += "<p id=\"read-bw\" class=\"missing\">" + Escape(ShortSha(last)) +
+         ": no <code>pct_read_bw_same_run</code>: " +
+         Escape(bw.read_bw.status().message()) + ".</p>\n";
+  }
+  if (bw.rows.empty()) {
+    h += "<p>The latest run has no decode benchmarks.</p>\n";
+  } else {
+    h += "<table id=\"decode-bw\"><tr><th>benchmark</th><th>reps</th>"
+         "<th>median GB/s</th><th>pct_peak (start of run)</th>"
+         "<th>pct_read_bw_same_run</th></tr>\n";
+    for (const DecodeBandwidthRow& r : bw.rows) {
+      auto cell = [](double v) {
+        return std::isnan(v) ? std::string("n/a") : FormatMetric("", v);
+      };
+      h += "<tr><td>" + Escape(r.benchmark) + "</td>";
+      if (!r.error.empty()) {
+        h += "<td colspan=\"4\">failed: " + Escape(r.error) + "</td></tr>\n";
+        continue;
+      }
+      h += "<td>" + std::to_string(r.repetitions) + "</td><td>" +
+           cell(r.median_gbps) + "</td><td>" + cell(r.pct_peak_start) +
+           "</td><td>" + cell(r.pct_read_bw_same_run) + "</td></tr>\n";
+    }
+    h += "</table>\n";
+  }
+
   // Benchmarks grouped by suite (the name's first component).
   std::map<std::string, std::map<std::string, std::set<std::string>>> suites;
   for (const RunData& r : runs) {
@@ -281,17 +348,35 @@ std::string RenderDashboard(const std::vector<RunData>& runs,
       h += "<div class=\"bench" + std::string(any ? " flagged" : "") +
            "\" data-name=\"" + Escape(name) + "\"><h3>" + Escape(name) +
            "</h3>";
-      for (const PlotSpec& spec : PlotsFor(metrics)) {
-        // A plot marks the runs where its own metric failed, where the time
-        // failed (rates are derived from it), or where the output did.
-        std::vector<bool> marks(runs.size(), false);
+      // A plot marks the runs where its own metric failed, where the time
+      // failed (rates are derived from it), or where the output did.
+      auto marks = [&](const std::string& metric) {
+        std::vector<bool> v(runs.size(), false);
         for (size_t i = 0; any && i < runs.size(); ++i) {
           const std::set<std::string>& m = f->second[i];
-          marks[i] = m.count(spec.metric) != 0 || m.count("output") != 0 ||
-                     (m.count(std::string(kTimeMetric)) != 0 &&
-                      !IsExactMetric(spec.metric));
+          v[i] = m.count(metric) != 0 || m.count("output") != 0 ||
+                 (m.count(std::string(kTimeMetric)) != 0 &&
+                  !IsExactMetric(metric));
         }
-        h += Plot(runs, name, spec, marks);
+        return v;
+      };
+      for (const PlotSpec& spec : PlotsFor(metrics)) {
+        h += Plot(runs, MetricPoints(runs, name, spec.metric), spec,
+                  marks(spec.metric));
+      }
+      // The same-run ratio is one number per run (a ratio of two medians),
+      // so its points carry no whisker.
+      std::vector<Point> same_run;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        auto r = same_run_pct[i].find(name);
+        if (r != same_run_pct[i].end()) {
+          same_run.push_back({i, r->second, r->second, r->second});
+        }
+      }
+      if (!same_run.empty()) {
+        const PlotSpec spec{std::string(kPctReadBwSameRun),
+                            "% of same-run read bandwidth"};
+        h += Plot(runs, same_run, spec, marks(spec.metric));
       }
       h += "</div>\n";
     }

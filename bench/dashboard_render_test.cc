@@ -67,6 +67,12 @@ TEST(DashboardRenderTest, ChromiumDrawsEveryPlot) {
                                          "2026-01-0" + std::to_string(i + 1),
                                          static_cast<uint64_t>(i), 9,
                                          i == 4 ? plant : testing::Plant{}));
+    // Decode bandwidth in every run, the same-run read_bw in all but run 3
+    // (filtered out): the pct_read_bw_same_run plot has a gap.
+    testing::SetBandwidthContext(runs.back(), 2, 52);
+    testing::SetDecodeBandwidth(runs.back(), testing::kSyntheticDecode,
+                                {9.5 + i, 10, 10.5}, 52);
+    if (i != 3) testing::AddReadBandwidth(runs.back(), 2, {30.0 + 5 * i, 40});
   }
   const fs::path html = out_dir / "dashboard_render.html";
   {
@@ -88,10 +94,12 @@ TEST(DashboardRenderTest, ChromiumDrawsEveryPlot) {
       dom, m,
       std::regex("data-plots-total=\"(\\d+)\" data-plots-drawn=\"(\\d+)\"")))
       << "the page's script did not run; DOM starts: " << dom.substr(0, 400);
-  // 5 benchmarks x (time, GFLOPS) + 2 decode_step x (allocs, bytes).
-  EXPECT_EQ(std::stoi(m[1]), 14);
-  EXPECT_EQ(std::stoi(m[2]), 14) << "plots laid out with an empty series";
-  EXPECT_NE(dom.find("14 of 14 plots drawn"), std::string::npos);
+  // 5 benchmarks x (time, GFLOPS) + 2 decode_step x (allocs, bytes) + decode
+  // (GBps, pct_peak, pct_read_bw_same_run) + read_bw (time, GBps).
+  EXPECT_EQ(std::stoi(m[1]), 19);
+  EXPECT_EQ(std::stoi(m[2]), 19) << "plots laid out with an empty series";
+  EXPECT_NE(dom.find("19 of 19 plots drawn"), std::string::npos);
+  EXPECT_NE(dom.find("<table id=\"decode-bw\">"), std::string::npos);
   EXPECT_NE(dom.find("pt regression"), std::string::npos);
 
   const fs::path png = out_dir / "dashboard_render.png";

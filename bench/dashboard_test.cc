@@ -85,6 +85,55 @@ TEST(DashboardTest, MarksPlantedRegressionsInPlotsAndTable) {
   EXPECT_EQ(Count(html, "<tr class=\"regression\">"), 2u);
 }
 
+// Each run's decode figure divides by that run's own read_bw median at the
+// decode thread count; a run without read_bw gets no point and says why.
+TEST(DashboardTest, DecodeAgainstEachRunsOwnReadBandwidth) {
+  std::vector<RunData> runs = History({});
+  const double read_bw[] = {40, 20, 80, 0};  // 0: filtered out of run 4
+  for (size_t i = 0; i < runs.size(); ++i) {
+    testing::SetBandwidthContext(runs[i], 2, 52);
+    testing::SetDecodeBandwidth(runs[i], testing::kSyntheticDecode,
+                                {8, 9, 10, 19, 20}, 52);
+    if (read_bw[i] == 0) continue;
+    // Skewed repetitions (mean != median) and a 1-thread instance that must
+    // not be the divisor.
+    testing::AddReadBandwidth(runs[i], 2,
+                              {read_bw[i], 0.7 * read_bw[i], 1.7 * read_bw[i]});
+    testing::AddReadBandwidth(runs[i], 1, {5, 5, 5});
+  }
+  std::string html = RenderDashboard(runs);
+  const std::string decode = BenchDiv(html, testing::kSyntheticDecode);
+  const size_t plot = decode.find("data-metric=\"pct_read_bw_same_run\"");
+  ASSERT_NE(plot, std::string::npos) << decode;
+  const std::string svg =
+      decode.substr(plot, decode.find("</svg>", plot) - plot);
+  EXPECT_NE(svg.find("2026-01-01: 25</title>"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("2026-01-02: 50</title>"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("2026-01-03: 12.5</title>"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find("2026-01-04"), std::string::npos) << svg;
+  // The start-of-run figure stays, under its own name.
+  EXPECT_NE(decode.find("% of start-of-run calibration"), std::string::npos);
+  // The latest run has no read_bw: the table says so, with no number.
+  EXPECT_NE(html.find("no <code>pct_read_bw_same_run</code>: the run has no "
+                      "calibration/read_bw benchmark (filtered out?)"),
+            std::string::npos);
+  const size_t table = html.find("<table id=\"decode-bw\">");
+  ASSERT_NE(table, std::string::npos);
+  EXPECT_NE(html.find("<td>10</td><td>19.23</td><td>n/a</td>", table),
+            std::string::npos)
+      << html.substr(table, 600);
+
+  // With read_bw in the latest run the table shows its ratio, not another
+  // run's: 100 * 10 / 32.
+  testing::AddReadBandwidth(runs[3], 2, {32, 31, 60});
+  html = RenderDashboard(runs);
+  EXPECT_NE(html.find("<td>10</td><td>19.23</td><td>31.25</td>"),
+            std::string::npos);
+  EXPECT_NE(html.find("calibration/read_bw/threads:2/real_time</code> median "
+                      "<b>32 GB/s</b> over 3 repetitions (31..60)"),
+            std::string::npos);
+}
+
 TEST(DashboardTest, EscapesNamesAndHandlesEmptyAndSingleRun) {
   RunData r = testing::SyntheticRun("<script>", "2026-01-01", 1);
   r.benchmarks["weird/<b>&\"x\""] = r.benchmarks.begin()->second;

@@ -127,8 +127,12 @@ StatusOr<ReadBandwidth> SameRunReadBandwidth(const RunData& run) {
 DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run) {
   DecodeBandwidthReport report;
   report.read_bw = SameRunReadBandwidth(run);
-  report.calib_read_gbps_start =
-      ContextValue(run.info, "calib_read_gbps_all", "?");
+  const std::string start = ContextValue(run.info, "calib_read_gbps_all", "");
+  char* stop = nullptr;
+  report.calib_read_gbps_start = std::strtod(start.c_str(), &stop);
+  if (start.empty() || *stop != '\0' || !(report.calib_read_gbps_start > 0)) {
+    report.calib_read_gbps_start = NAN;
+  }
   for (const auto& [name, s] : run.benchmarks) {
     if (!StartsWith(name, "decode/")) continue;
     DecodeBandwidthRow row;
@@ -164,10 +168,6 @@ std::map<std::string, double> PctReadBwSameRun(const RunData& run) {
 std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report) {
   std::string out;
   char line[1024];
-  const double start =
-      std::strtod(report.calib_read_gbps_start.c_str(), nullptr);
-  const std::string start_text =
-      start > 0 ? Fixed(start, 2) + " GB/s" : report.calib_read_gbps_start;
   if (report.read_bw.ok()) {
     const ReadBandwidth& bw = *report.read_bw;
     std::snprintf(line, sizeof(line),
@@ -182,7 +182,11 @@ std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report) {
     out += std::string(kPctReadBwSameRun) + ": not available: " +
            std::string(report.read_bw.status().message()) + "\n";
   }
-  out += "start-of-run calibration (divides pct_peak): " + start_text + "\n";
+  out += "start-of-run calibration (divides pct_peak): " +
+         (std::isnan(report.calib_read_gbps_start)
+              ? std::string("not in the run's context")
+              : Fixed(report.calib_read_gbps_start, 2) + " GB/s") +
+         "\n";
   if (report.rows.empty()) return out + "no decode benchmarks in this run\n";
   size_t w = 9;
   for (const auto& r : report.rows) w = std::max(w, r.benchmark.size());

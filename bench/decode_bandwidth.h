@@ -56,7 +56,7 @@ struct DecodeBandwidthRow {
 
 struct DecodeBandwidthReport {
   StatusOr<ReadBandwidth> read_bw = Status::NotFound("not computed");
-  std::string calib_read_gbps_start;     // context calib_read_gbps_all, or "?"
+  double calib_read_gbps_start = 0;  // context calib_read_gbps_all; NaN if none
   std::vector<DecodeBandwidthRow> rows;  // every decode/ benchmark, by name
 };
 

@@ -38,7 +38,7 @@ TEST(DecodeBandwidthTest, RatioOfMediansOfTheSameRun) {
   EXPECT_DOUBLE_EQ(r.read_bw->min_gbps, 26);
   EXPECT_DOUBLE_EQ(r.read_bw->max_gbps, 71);
   EXPECT_EQ(r.read_bw->repetitions, 5u);
-  EXPECT_EQ(r.calib_read_gbps_start, std::to_string(kStart));
+  EXPECT_DOUBLE_EQ(r.calib_read_gbps_start, kStart);
   // Only decode/: decode_step/ reports no GBps and is no decode figure.
   ASSERT_EQ(r.rows.size(), 1u);
   const DecodeBandwidthRow& row = r.rows[0];
