@@ -160,6 +160,46 @@ TEST(CompareTest, FailedOutputCheckIsARegressionAndMissingIsNot) {
   EXPECT_EQ(added, 1);
 }
 
+// The read bandwidth halving between two runs (a neighbour streaming memory)
+// is the host, not the commit: reported, never a regression; the same
+// slowdown of a kernel still fails.
+TEST(CompareTest, CalibrationChangesAreReportedNotGated) {
+  RunData base = SyntheticRun("a", "d1", 1), next = SyntheticRun("b", "d2", 2);
+  std::vector<double> fast, slow;
+  for (int r = 0; r < 9; ++r) {
+    fast.push_back(40 + 0.3 * r);
+    slow.push_back(20 + 0.3 * r);
+  }
+  testing::AddReadBandwidth(base, 2, fast);
+  testing::AddReadBandwidth(next, 2, slow);
+  CompareReport r = CompareRuns(base, next);
+  EXPECT_FALSE(r.failed()) << FormatCompareTable(r, {}, {});
+  const CompareRow* row = nullptr;
+  for (const CompareRow& x : r.rows) {
+    if (x.benchmark == testing::ReadBwName(2)) row = &x;
+  }
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->verdict, Verdict::kHost);
+  EXPECT_GT(row->ratio, 1.9);
+  EXPECT_LT(row->p, 0.01);
+  EXPECT_NE(FormatCompareTable(r, {}, {}).find("not gated"), std::string::npos);
+  // An unchanged calibration stays "same".
+  next = SyntheticRun("b", "d2", 2);
+  testing::AddReadBandwidth(next, 2, fast);
+  for (const CompareRow& x : CompareRuns(base, next).rows) {
+    if (x.benchmark == testing::ReadBwName(2)) {
+      EXPECT_EQ(x.verdict, Verdict::kSame);
+    }
+  }
+  Plant slow_kernel;
+  slow_kernel.slowdown[kPrefill] = 2;
+  next = SyntheticRun("b", "d2", 2, 9, slow_kernel);
+  testing::AddReadBandwidth(next, 2, slow);
+  r = CompareRuns(base, next);
+  ASSERT_EQ(Regressions(r).size(), 1u);
+  EXPECT_EQ(Regressions(r)[0]->benchmark, kPrefill);
+}
+
 TEST(CompareTest, TableWarnsAcrossHosts) {
   RunInfo a, b;
   a.host = "x";
