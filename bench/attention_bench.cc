@@ -30,6 +30,7 @@
 #include "bench/alloc_counter.h"
 #include "bench/calibration.h"
 #include "bench/output_check.h"
+#include "bench/run_data.h"
 #include "reference/concat_kv.h"
 #include "runtime/backend.h"
 #include "runtime/problem.h"
@@ -566,7 +567,7 @@ std::string CpuModel() {
   return m;
 }
 
-void AddContext(const Calibration& cal) {
+void AddContext(const Calibration& cal, bool interleaved) {
   auto env = [](const char* name, const char* fallback) {
     const char* v = std::getenv(name);
     return std::string(v != nullptr && *v != '\0' ? v : fallback);
@@ -574,6 +575,9 @@ void AddContext(const Calibration& cal) {
   benchmark::AddCustomContext("git_sha", env("ATTNKIT_GIT_SHA", "unknown"));
   benchmark::AddCustomContext("git_dirty", env("ATTNKIT_GIT_DIRTY", "unknown"));
   benchmark::AddCustomContext("attnkit_quick", g_quick ? "1" : "0");
+  // pct_read_bw_same_run (bench/decode_bandwidth.h) assumes read_bw's
+  // repetitions were spread over the run like the decode ones.
+  benchmark::AddCustomContext("random_interleaving", interleaved ? "1" : "0");
 #if defined(__clang__)
   benchmark::AddCustomContext("compiler", std::string("clang ") + __VERSION__);
 #else
@@ -603,6 +607,8 @@ void AddContext(const Calibration& cal) {
 
 int main(int argc, char** argv) {
   using namespace attnkit::bench;
+  const bool interleaved = RandomInterleavingRequested(
+      argc, argv, std::getenv("BENCHMARK_ENABLE_RANDOM_INTERLEAVING"));
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--attnkit_quick") == 0) {
@@ -620,7 +626,7 @@ int main(int argc, char** argv) {
   for (const std::string& s : SkipLog()) {
     std::fprintf(stderr, "attnkit_bench: not registered: %s\n", s.c_str());
   }
-  AddContext(cal);
+  AddContext(cal, interleaved);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

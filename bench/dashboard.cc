@@ -306,6 +306,9 @@ std::string RenderDashboard(const std::vector<RunData>& runs,
          ": no <code>pct_read_bw_same_run</code>: " +
          Escape(bw.read_bw.status().message()) + ".</p>\n";
   }
+  if (!bw.warning.empty()) {
+    h += "<p class=\"missing\">Warning: " + Escape(bw.warning) + ".</p>\n";
+  }
   if (bw.rows.empty()) {
     h += "<p>The latest run has no decode benchmarks.</p>\n";
   } else {

@@ -132,6 +132,10 @@ TEST(DashboardTest, DecodeAgainstEachRunsOwnReadBandwidth) {
   EXPECT_NE(html.find("calibration/read_bw/threads:2/real_time</code> median "
                       "<b>32 GB/s</b> over 3 repetitions (31..60)"),
             std::string::npos);
+  EXPECT_EQ(html.find("did not interleave"), std::string::npos);
+  testing::SetBandwidthContext(runs[3], 2, 52, /*interleaved=*/false);
+  EXPECT_NE(RenderDashboard(runs).find("Warning: this run did not interleave"),
+            std::string::npos);
 }
 
 TEST(DashboardTest, EscapesNamesAndHandlesEmptyAndSingleRun) {

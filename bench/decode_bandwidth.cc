@@ -133,6 +133,13 @@ DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run) {
   if (start.empty() || *stop != '\0' || !(report.calib_read_gbps_start > 0)) {
     report.calib_read_gbps_start = NAN;
   }
+  if (ContextValue(run.info, "random_interleaving", "") == "0") {
+    report.warning =
+        "this run did not interleave repetitions: read_bw's ran back to back, "
+        "so it sampled seconds of the host's load, not the decode "
+        "benchmarks' (run with --benchmark_enable_random_interleaving=true, "
+        "as ./attnkit bench does)";
+  }
   for (const auto& [name, s] : run.benchmarks) {
     if (!StartsWith(name, "decode/")) continue;
     DecodeBandwidthRow row;
@@ -187,6 +194,7 @@ std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report) {
               ? std::string("not in the run's context")
               : Fixed(report.calib_read_gbps_start, 2) + " GB/s") +
          "\n";
+  if (!report.warning.empty()) out += "warning: " + report.warning + "\n";
   if (report.rows.empty()) return out + "no decode benchmarks in this run\n";
   size_t w = 9;
   for (const auto& r : report.rows) w = std::max(w, r.benchmark.size());

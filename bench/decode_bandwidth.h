@@ -58,6 +58,11 @@ struct DecodeBandwidthReport {
   StatusOr<ReadBandwidth> read_bw = Status::NotFound("not computed");
   double calib_read_gbps_start = 0;  // context calib_read_gbps_all; NaN if none
   std::vector<DecodeBandwidthRow> rows;  // every decode/ benchmark, by name
+  // Non-empty when the run's context says its repetitions were NOT
+  // interleaved (read_bw's then ran back to back, in a window of seconds):
+  // the warning to show beside the ratio. Runs that predate the
+  // random_interleaving context key get none.
+  std::string warning;
 };
 
 // Every decode/ benchmark of `run` (not decode_step/) with its median GBps

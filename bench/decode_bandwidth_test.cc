@@ -151,10 +151,25 @@ TEST(DecodeBandwidthTest, FormatNamesBothFiguresAndFailedBenchmarks) {
             text.find('\n', failed) - 23)
       << text;
   EXPECT_EQ(text.find("above 100"), std::string::npos);
+  EXPECT_EQ(text.find("warning"), std::string::npos);
   testing::SetDecodeBandwidth(run, kSyntheticDecode, {50, 50, 50}, kStart);
   EXPECT_NE(FormatDecodeBandwidth(DecodeVsReadBandwidth(run)).find("125.0"),
             std::string::npos);
   EXPECT_NE(FormatDecodeBandwidth(DecodeVsReadBandwidth(run)).find("above 100"),
+            std::string::npos);
+}
+
+TEST(DecodeBandwidthTest, WarnsWhenRepetitionsWereNotInterleaved) {
+  RunData run = DecodeRun(8);
+  testing::AddReadBandwidth(run, 2, kReadBw);
+  EXPECT_TRUE(DecodeVsReadBandwidth(run).warning.empty());
+  testing::SetBandwidthContext(run, 2, kStart, /*interleaved=*/false);
+  const DecodeBandwidthReport r = DecodeVsReadBandwidth(run);
+  EXPECT_NE(r.warning.find("did not interleave"), std::string::npos);
+  // Still computed: the figure is right for what was measured.
+  EXPECT_DOUBLE_EQ(r.rows.at(0).pct_read_bw_same_run, 25);
+  EXPECT_NE(FormatDecodeBandwidth(r).find("warning: this run did not "
+                                          "interleave"),
             std::string::npos);
 }
 

@@ -1,6 +1,7 @@
 #include "bench/run_data.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -168,6 +169,40 @@ std::string ContextValue(const RunInfo& info, std::string_view key,
   if (!ctx.is_object()) return std::string(fallback);
   return ContextString(ctx, std::string(key).c_str(),
                        std::string(fallback).c_str());
+}
+
+namespace {
+
+// Google Benchmark's IsTruthyFlagValue.
+bool TruthyFlagValue(std::string_view v) {
+  if (v.size() == 1) {
+    const char c = v[0];
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 && c != '0' &&
+           c != 'f' && c != 'F' && c != 'n' && c != 'N';
+  }
+  if (v.empty()) return true;
+  std::string lower(v);
+  for (char& c : lower) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return lower != "false" && lower != "no" && lower != "off";
+}
+
+}  // namespace
+
+bool RandomInterleavingRequested(int argc, const char* const* argv,
+                                 const char* env) {
+  constexpr std::string_view kFlag = "--benchmark_enable_random_interleaving";
+  bool on = env != nullptr && TruthyFlagValue(env);
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == kFlag) {
+      on = true;
+    } else if (a.substr(0, kFlag.size() + 1) == std::string(kFlag) + "=") {
+      on = TruthyFlagValue(a.substr(kFlag.size() + 1));
+    }
+  }
+  return on;
 }
 
 std::string ToGoogleBenchmarkJson(const RunData& run) {

@@ -56,6 +56,16 @@ StatusOr<RunData> ReadGoogleBenchmarkJsonFile(const std::string& path);
 std::string ContextValue(const RunInfo& info, std::string_view key,
                          std::string_view fallback = "?");
 
+// Whether Google Benchmark (1.7) will interleave repetitions at random:
+// the last --benchmark_enable_random_interleaving[=V] in argv, else the
+// BENCHMARK_ENABLE_RANDOM_INTERLEAVING environment value `env` (nullptr when
+// unset), else false; V read as Google Benchmark reads booleans ("0", "f",
+// "n", "false", "no", "off" are false; a bare flag is true). attnkit_bench
+// records it in the context (random_interleaving), because the same-run
+// ratios assume it (decode_bandwidth.h).
+bool RandomInterleavingRequested(int argc, const char* const* argv,
+                                 const char* env);
+
 // Google Benchmark JSON for `run` (used by tests and `bench export`): one
 // iteration entry per repetition; ParseGoogleBenchmarkJson reads it back.
 std::string ToGoogleBenchmarkJson(const RunData& run);

@@ -98,6 +98,29 @@ TEST(RunDataTest, RejectsMalformedInput) {
             std::string::npos);
 }
 
+TEST(RunDataTest, ReadsTheRandomInterleavingFlagAsGoogleBenchmarkDoes) {
+  auto on = [](std::vector<const char*> args, const char* env = nullptr) {
+    args.insert(args.begin(), "attnkit_bench");
+    return RandomInterleavingRequested(static_cast<int>(args.size()),
+                                       args.data(), env);
+  };
+  EXPECT_FALSE(on({}));
+  EXPECT_TRUE(on({"--benchmark_enable_random_interleaving"}));
+  EXPECT_TRUE(on({"--benchmark_enable_random_interleaving=true"}));
+  EXPECT_TRUE(on({"--benchmark_enable_random_interleaving=1"}));
+  EXPECT_FALSE(on({"--benchmark_enable_random_interleaving=false"}));
+  EXPECT_FALSE(on({"--benchmark_enable_random_interleaving=OFF"}));
+  EXPECT_FALSE(on({"--benchmark_enable_random_interleaving=f"}));
+  // The last one wins; the environment is the default.
+  EXPECT_FALSE(on({"--benchmark_enable_random_interleaving",
+                   "--benchmark_enable_random_interleaving=no"}));
+  EXPECT_TRUE(on({}, "yes"));
+  EXPECT_FALSE(on({}, "0"));
+  EXPECT_FALSE(on({"--benchmark_enable_random_interleaving=0"}, "true"));
+  // Not the flag: another flag sharing its prefix.
+  EXPECT_FALSE(on({"--benchmark_enable_random_interleaving_x=1"}));
+}
+
 TEST(RunDataTest, ExportRoundTrips) {
   testing::Plant plant;
   plant.error["decode/reference/kv_len:4096/bf16:0/batch:1/real_time"] = "bad";

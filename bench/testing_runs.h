@@ -90,11 +90,13 @@ inline std::string ReadBwName(int threads) {
 
 // The context attnkit_bench writes: the OpenMP thread count the decode
 // benchmarks run on, and the one-off start-of-run read bandwidth that their
-// pct_peak counter divides by. omp_threads <= 0 leaves it out.
+// pct_peak counter divides by, and whether repetitions were interleaved.
+// omp_threads <= 0 leaves it out.
 inline void SetBandwidthContext(RunData& run, int omp_threads,
-                                double start_gbps) {
+                                double start_gbps, bool interleaved = true) {
   std::string ctx =
-      "{\"calib_read_gbps_all\": \"" + std::to_string(start_gbps) + "\"";
+      "{\"calib_read_gbps_all\": \"" + std::to_string(start_gbps) +
+      "\", \"random_interleaving\": \"" + (interleaved ? "1" : "0") + "\"";
   if (omp_threads > 0) {
     ctx += ", \"omp_threads\": \"" + std::to_string(omp_threads) + "\"";
   }
