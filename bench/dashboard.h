@@ -16,8 +16,11 @@ namespace attnkit::bench {
 // GBps, allocs and bytes copied per step, whichever it reports) across the
 // runs, each point labelled with its commit; points where the gate flags run
 // i against run i-1 are marked (class "regression"); a table of the latest
-// run against the previous one. Every plot is an <svg class="plot"> holding
-// one <polyline class="series"> with one vertex per run that has the metric.
+// run against the previous one; a table of the latest run's decode
+// benchmarks against its own read bandwidth (<table id="decode-bw">), and a
+// pct_read_bw_same_run plot per decode benchmark (decode_bandwidth.h). Every
+// plot is an <svg class="plot"> holding one <polyline class="series"> with one
+// vertex per run that has the metric.
 std::string RenderDashboard(const std::vector<RunData>& runs,
                             const CompareOptions& options = {});
 
