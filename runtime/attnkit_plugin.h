@@ -37,9 +37,9 @@
  * to error_capacity bytes including the NUL) into `error`, naming the field
  * and value it rejects, e.g. "head_dim=300 exceeds 256". The harness shows
  * it verbatim. UNSUPPORTED from supports() makes the harness skip the
- * problem (never a failure); any error from attention() on a problem that
- * supports() accepted is a failure. Plug-ins must not throw across the ABI,
- * print, or exit.
+ * problem (never a failure); any error from attention() or append_kv() on
+ * a problem that supports() accepted is a failure. Plug-ins must not throw
+ * across the ABI, print, or exit.
  *
  * Threads: one instance is called from one thread at a time; a plug-in may
  * use threads inside a call.
@@ -166,14 +166,18 @@ typedef struct attnkit_plugin_v1_table {
 
   /* The plug-in's own in-place KV append (e.g. fused into a transposed-V or
    * quantization-friendly layout). May be NULL: the harness appends with its
-   * portable strided copy. It may write only the new tokens' positions of
-   * k_cache and v_cache -- [positions[b], positions[b] + new_lens[b]) of
-   * every kv head, each element of head_dim once -- and nothing else: not
-   * the positions before or after them, not other sequences, not new_k or
-   * new_v (which it reads). The harness counts those bytes as the append's
-   * copy. Any error (message naming the field and value, e.g.
-   * "k_cache.strides[3]=2 is not 1") is a failure of the case: a problem the
-   * hook cannot append is declined in supports(). */
+   * portable strided copy. It writes the new tokens' positions of k_cache
+   * and v_cache -- [positions[b], positions[b] + new_lens[b]) of every kv
+   * head, every element of head_dim, bit-exact copies of new_k/new_v -- and
+   * nothing else: not the positions before or after them (not even zeros),
+   * not other sequences, no byte outside the views' elements, not new_k or
+   * new_v (which it only reads; their rows past new_lens[b] are padding
+   * whose values mean nothing). The harness fills the cache's unused positions
+   * and that padding with nonzero patterns and, after every append, compares
+   * every byte of the capacity-sized caches; it counts the new tokens'
+   * bytes as the append's copy. Any error (message naming the field and
+   * value, e.g. "k_cache.strides[3]=2 is not 1") fails the case: a problem
+   * the hook cannot append is declined in supports(). */
   attnkit_plugin_status (*append_kv)(void* instance,
                                      const attnkit_plugin_kv_append_args* args,
                                      char* error, size_t error_capacity);
