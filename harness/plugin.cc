@@ -3,9 +3,11 @@
 #include <dlfcn.h>
 
 #include <cctype>
+#include <cstddef>
 #include <filesystem>
 #include <string_view>
 
+#include "runtime/accounting.h"
 #include "runtime/attnkit_plugin.h"
 
 namespace attnkit::harness {
@@ -67,12 +69,24 @@ Status FromC(attnkit_plugin_status s, std::string_view what,
       std::to_string(static_cast<int>(s)) + ", not an attnkit_plugin_status");
 }
 
+using AppendKvFn = decltype(attnkit_plugin_v1_table::append_kv);
+
+// The table's append_kv, or null when struct_size (the size of the table the
+// plug-in was built with) ends before it: the bytes past a shorter table are
+// not the plug-in's, so the field is not even read.
+AppendKvFn AppendKvOf(const attnkit_plugin_v1_table* t) {
+  constexpr size_t kEnd = offsetof(attnkit_plugin_v1_table, append_kv) +
+                          sizeof(attnkit_plugin_v1_table::append_kv);
+  return t->struct_size >= kEnd ? t->append_kv : nullptr;
+}
+
 class PluginBackend final : public Backend {
  public:
   PluginBackend(Library lib, const attnkit_plugin_v1_table* table,
                 void* instance)
       : lib_(std::move(lib)),
         table_(table),
+        append_kv_(AppendKvOf(table)),
         instance_(instance),
         name_(table->name) {}
   ~PluginBackend() override { table_->destroy(instance_); }
@@ -98,9 +112,30 @@ class PluginBackend final : public Backend {
                  "attention", name_, error);
   }
 
+  // The plug-in's append_kv when it has one, else the portable append. The
+  // hook sees only validated arguments (its contract lets it trust them);
+  // the bytes the contract lets it write are what it is charged as copied.
+  Status AppendKv(const KvAppendArgs& a) override {
+    if (append_kv_ == nullptr) return Backend::AppendKv(a);
+    ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+    char error[kErrorCapacity] = {};
+    const attnkit_plugin_kv_append_args ca{
+        ToC(a.k_cache), ToC(a.v_cache),     ToC(a.new_k),
+        ToC(a.new_v),   a.positions.data(), a.new_lens.data()};
+    ATTNKIT_RETURN_IF_ERROR(
+        FromC(append_kv_(instance_, &ca, error, sizeof(error)), "append_kv",
+              name_, error));
+    int64_t tokens = 0;
+    for (int64_t n : a.new_lens) tokens += n;
+    accounting::RecordCopy(2 * tokens * a.k_cache.shape[1] *
+                           a.k_cache.shape[3] * DTypeSize(a.k_cache.dtype));
+    return Status::Ok();
+  }
+
  private:
   Library lib_;  // declared first: destroyed (dlclose) after the instance
   const attnkit_plugin_v1_table* table_;
+  AppendKvFn append_kv_;
   void* instance_;
   std::string name_;
 };
@@ -143,11 +178,11 @@ StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path) {
         at + ": abi_version=" + std::to_string(t->abi_version) +
         ", this attnkit speaks " + std::to_string(ATTNKIT_PLUGIN_ABI_VERSION));
   }
-  if (t->struct_size < sizeof(attnkit_plugin_v1_table)) {
+  if (t->struct_size < ATTNKIT_PLUGIN_V1_BASE_SIZE) {
     return Status::InvalidArgument(
         at + ": struct_size=" + std::to_string(t->struct_size) +
-        " is smaller than the v1 table (" +
-        std::to_string(sizeof(attnkit_plugin_v1_table)) + " bytes)");
+        " is smaller than the first v1 table (" +
+        std::to_string(ATTNKIT_PLUGIN_V1_BASE_SIZE) + " bytes)");
   }
   const char* missing = t->create == nullptr      ? "create"
                         : t->destroy == nullptr   ? "destroy"

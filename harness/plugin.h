@@ -16,7 +16,9 @@ namespace attnkit::harness {
 // version, size, required entries, name) and creates one instance. Errors
 // name the path and what is wrong: NOT_FOUND for a missing file,
 // INVALID_ARGUMENT for a library that is not a (compatible) plug-in. The
-// returned backend keeps the library loaded until it is destroyed.
+// returned backend keeps the library loaded until it is destroyed. Its
+// AppendKv calls the table's append_kv when the table has one (struct_size
+// covers the field and it is not NULL), else attnkit's portable append.
 StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path);
 
 }  // namespace attnkit::harness

@@ -2,10 +2,34 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
+#include "harness/campaign.h"
+#include "harness/report.h"
 #include "harness/runner.h"
+#include "harness/test_support.h"
+#include "runtime/accounting.h"
+#include "runtime/attnkit_plugin.h"
 
 namespace attnkit::harness {
 namespace {
+
+using testing::Case;
+using testing::RunOne;
+
+// Decode loops over every layout and dtype, ragged batches (a sequence that
+// appends nothing, prompts of different lengths), GQA and cache padding: the
+// shapes a hand-written append gets wrong.
+constexpr const char* kDecodeCases[] = {
+    "seed=3,index=1,steps=2,b=2,hq=4,hkv=2,d=5,q=1:1,kv=6:4,layout=tv,"
+    "dtype=bf16",
+    "seed=3,index=2,pad=3,steps=3,b=3,hq=6,hkv=3,d=17,q=1:0:2,kv=5:3:9,"
+    "mask=causal,layout=bshd",
+    "seed=3,index=3,pad=1,steps=4,b=2,hq=2,hkv=2,d=8,q=1:1,kv=9:4,"
+    "mask=window:3,dtype=bf16,layout=bhsd",
+    "seed=3,index=4,steps=2,b=1,hq=8,hkv=1,d=33,q=2,kv=7,mask=bias,"
+    "layout=tv",
+};
 
 TEST(PluginTest, TheExamplePluginLoadsAndPassesCases) {
   auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
@@ -67,6 +91,147 @@ TEST(PluginTest, AnotherAbiVersionIsRefused) {
   EXPECT_NE(b.status().message().find("abi_version=99, this attnkit speaks 1"),
             std::string::npos)
       << b.status().message();
+}
+
+TEST(PluginTest, TheExamplePluginsAppendHookPassesDecodeLoops) {
+  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const char* text : kDecodeCases) {
+    const CheckResult r = RunOne(Case(text), **b);
+    EXPECT_EQ(r.outcome, Outcome::kPass) << text << " " << r.message;
+  }
+}
+
+// A table built against the first v1 header ends before append_kv. The
+// variant's table has the field (holding a hook that fails every append) but
+// claims the shorter size: the loader must take it as absent and append
+// with the portable copy.
+TEST(PluginTest, ATableEndingBeforeAppendKvLoadsAndGetsThePortableAppend) {
+  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_FIRST_V1);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->name(), "example_first_v1");
+  for (const char* text : kDecodeCases) {
+    const CheckResult r = RunOne(Case(text), **b);
+    EXPECT_EQ(r.outcome, Outcome::kPass) << text << " " << r.message;
+  }
+}
+
+TEST(PluginTest, AStructSizeShorterThanTheFirstV1TableIsRefused) {
+  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_TINY_TABLE);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find(
+                "struct_size=16 is smaller than the first v1 table (" +
+                std::to_string(ATTNKIT_PLUGIN_V1_BASE_SIZE) + " bytes)"),
+            std::string::npos)
+      << b.status().message();
+}
+
+struct AppendBugCase {
+  const char* plugin;
+  const char* name;
+  const char* message;  // what the cache check says on kDecodeCases[0]
+};
+
+// kDecodeCases[0]: sequence 0's prompt is 6 - 2 = 4 tokens (positions 0..3)
+// over 2 kv heads.
+const AppendBugCase kAppendBugs[] = {
+    {ATTNKIT_EXAMPLE_PLUGIN_APPEND_POSITION_OFF, "example_append_position_off",
+     "step 0: k_cache[0,0,0,0] was never written"},
+    {ATTNKIT_EXAMPLE_PLUGIN_APPEND_PAST_END, "example_append_past_end",
+     "step 0: wrote k_cache[0,0,4,0] = "},
+    {ATTNKIT_EXAMPLE_PLUGIN_APPEND_SKIPS_HEAD, "example_append_skips_head",
+     "step 0: k_cache[0,1,0,0] was never written"},
+};
+
+// The hook is what the harness calls (a loader that fell back to the
+// portable append would pass these), and the cache check pinpoints each bug.
+TEST(PluginTest, EachAppendHookBugIsCaughtAtTheCacheElementItBreaks) {
+  for (const AppendBugCase& bug : kAppendBugs) {
+    auto b = LoadPlugin(bug.plugin);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ((*b)->name(), bug.name);
+    const CheckResult r = RunOne(Case(kDecodeCases[0]), **b);
+    EXPECT_EQ(r.outcome, Outcome::kKvCache) << bug.name;
+    EXPECT_EQ(r.step, 0) << bug.name;
+    EXPECT_EQ(r.message.rfind(bug.message, 0), 0u)
+        << bug.name << ": " << r.message;
+  }
+}
+
+// The campaign a user runs: the smoke tier finds each bug, shrinks it and
+// prints a reproducer that names the plug-in and replays the failure.
+TEST(PluginTest, AppendHookBugsFailTheSmokeCampaignWithAReproducer) {
+  for (const AppendBugCase& bug : kAppendBugs) {
+    auto b = LoadPlugin(bug.plugin);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    Backend* one[] = {b->get()};
+    CampaignOptions o;
+    o.tier = Tier::kSmoke;
+    o.cases = 40;
+    o.shrink_per_backend = 1;
+    const CampaignResult result = RunCampaign(o, one);
+    ASSERT_GT(result.failures, 0) << bug.name << " was never caught";
+    const FailureReport& f = result.reports.front();
+    EXPECT_EQ(f.result.outcome, Outcome::kKvCache) << bug.name;
+    EXPECT_GT(f.shrunk.decode_steps, 0) << f.shrunk.ToString();
+    const std::string plugins[] = {bug.plugin};
+    const std::string repro = ReproducerCommand(f.shrunk, bug.name, plugins);
+    EXPECT_NE(repro.find("--repro '" + f.shrunk.ToString() + "'"),
+              std::string::npos)
+        << repro;
+    EXPECT_NE(repro.find("--plugin '" + std::string(bug.plugin) + "'"),
+              std::string::npos)
+        << repro;
+    auto replay = ReplayCase(f.shrunk.ToString(), one);
+    ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+    EXPECT_EQ((*replay)[0].outcome, Outcome::kKvCache) << bug.name;
+  }
+}
+
+// The example_small variant's hook refuses head_dim > 64 as its supports()
+// does; called directly (no supports() first), its error comes back as a
+// Status naming the plug-in, the entry and the plug-in's message.
+TEST(PluginTest, AnAppendHookErrorNamesThePluginAndItsMessage) {
+  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_SMALL);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const std::array<int64_t, 4> shape{1, 1, 4, 128}, one{1, 1, 1, 128};
+  Tensor kc = Tensor::Contiguous(DType::kF32, shape);
+  Tensor vc = Tensor::Contiguous(DType::kF32, shape);
+  Tensor nk = Tensor::Contiguous(DType::kF32, one);
+  Tensor nv = Tensor::Contiguous(DType::kF32, one);
+  int64_t positions[] = {3}, new_lens[] = {1};
+  const KvAppendArgs a{kc.view, vc.view, nk.view, nv.view, positions, new_lens};
+  const Status s = (*b)->AppendKv(a);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "plugin example_small: append_kv: head_dim=128 exceeds 64");
+  // An append that does not fit is refused before the hook sees it.
+  positions[0] = 4;
+  const Status full = (*b)->AppendKv(a);
+  EXPECT_EQ(full.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(full.message().find("capacity=4"), std::string::npos)
+      << full.message();
+}
+
+// The hook cannot report its copy itself (the ABI has no accounting); the
+// loader charges it the bytes the contract lets it write, as the portable
+// append charges its own.
+TEST(PluginTest, TheAppendHookIsChargedTheNewTokensBytes) {
+  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const std::array<int64_t, 4> shape{2, 3, 8, 5}, news{2, 3, 2, 5};
+  Tensor kc = Tensor::Contiguous(DType::kBF16, shape);
+  Tensor vc = Tensor::Contiguous(DType::kBF16, shape);
+  Tensor nk = Tensor::Contiguous(DType::kBF16, news);
+  Tensor nv = Tensor::Contiguous(DType::kBF16, news);
+  const int64_t positions[] = {0, 6}, new_lens[] = {1, 2};
+  accounting::Meter meter;
+  ASSERT_TRUE(
+      (*b)->AppendKv({kc.view, vc.view, nk.view, nv.view, positions, new_lens})
+          .ok());
+  // (1 + 2) tokens * 3 heads * 5 elements * 2 bytes, K and V.
+  EXPECT_EQ(meter.Read().bytes_copied, 2 * 3 * 3 * 5 * 2);
 }
 
 }  // namespace

@@ -49,6 +49,21 @@ std::string StrayWrite(const AttentionProblem& p, const TensorView& out) {
   return "";
 }
 
+// Every byte of a decode loop's caches starts as kCacheFill, and the rows of
+// the new-token staging buffers past a sequence's new_len (a ragged batch's
+// padding, never to be read) as kStagingFill. Both are finite, nonzero and
+// different in f32 (-2.9e-16, 1.5e16) and bf16, so an append that writes
+// anything outside the new tokens -- zeros ("clearing" the next slot), or a
+// staging row past new_len (a `t <= n` loop) -- changes a byte the cache
+// check compares; zero fills would let both through unseen. A kernel that
+// reads past the length and masks by multiplying with 0 stays correct.
+constexpr unsigned char kCacheFill = 0xa5;
+constexpr unsigned char kStagingFill = 0x5a;
+
+void FillBytes(const Tensor& t, unsigned char byte) {
+  if (t.buffer.size() > 0) std::memset(t.buffer.data(), byte, t.buffer.size());
+}
+
 // Copies rows [src_row, src_row + n) of sequence b (all heads, all of dim 3)
 // to rows [dst_row, ...) of dst. Load/Store round-trips f32 and bf16 values
 // bit for bit (no NaNs in generated inputs).
@@ -164,8 +179,9 @@ StatusOr<std::vector<CheckResult>> RunPlain(
 }
 
 // The first cache element that differs from the naive concatenation, or a
-// byte written past the sequence's length (the cache starts zeroed), as a
-// message ("" when the cache is exact).
+// byte written past the sequence's length (the cache starts as kCacheFill),
+// as a message ("" when the cache is exact). This is the whole
+// capacity-sized cache: an append may change only the new tokens' bytes.
 std::string CompareCache(const char* which, const TensorView& cache,
                          const reference::ConcatKv& golden, bool is_v) {
   const int64_t esize = DTypeSize(cache.dtype);
@@ -178,9 +194,10 @@ std::string CompareCache(const char* which, const TensorView& cache,
       for (int64_t j = 0; j < cache.shape[2]; ++j)
         for (int64_t e = 0; e < cache.shape[3]; ++e) {
           const unsigned char* got = base + cache.Offset(b, h, j, e) * esize;
-          static constexpr unsigned char kZero[4] = {0, 0, 0, 0};
+          static constexpr unsigned char kFill[4] = {kCacheFill, kCacheFill,
+                                                     kCacheFill, kCacheFill};
           const unsigned char* expect =
-              j < len ? wbase + want.Offset(0, h, j, e) * esize : kZero;
+              j < len ? wbase + want.Offset(0, h, j, e) * esize : kFill;
           if (std::memcmp(got, expect, static_cast<size_t>(esize)) != 0) {
             const std::string at = std::string(which) + "[" +
                                    std::to_string(b) + "," + std::to_string(h) +
@@ -191,9 +208,13 @@ std::string CompareCache(const char* which, const TensorView& cache,
                      std::to_string(cache.Load(b, h, j, e)) +
                      " past the sequence's length " + std::to_string(len);
             }
-            return at + " = " + std::to_string(cache.Load(b, h, j, e)) +
-                   ", expected " + std::to_string(want.Load(0, h, j, e)) +
-                   " (bit-exact)";
+            const std::string expected =
+                "expected " + std::to_string(want.Load(0, h, j, e));
+            if (std::memcmp(got, kFill, static_cast<size_t>(esize)) == 0) {
+              return at + " was never written (still the fill), " + expected;
+            }
+            return at + " = " + std::to_string(cache.Load(b, h, j, e)) + ", " +
+                   expected + " (bit-exact)";
           }
         }
   }
@@ -242,6 +263,8 @@ StatusOr<std::vector<CheckResult>> RunDecode(
                                    KvStrides(p.layout, false, cache_shape));
     caches[i].v = Tensor::Allocate(p.dtype, cache_shape,
                                    KvStrides(p.layout, true, cache_shape));
+    FillBytes(caches[i].k, kCacheFill);
+    FillBytes(caches[i].v, kCacheFill);
   }
   reference::ConcatKv golden(p.batch, p.kv_heads, p.head_dim, p.dtype);
 
@@ -261,6 +284,8 @@ StatusOr<std::vector<CheckResult>> RunDecode(
                                     KvStrides(p.layout, false, new_shape));
     Tensor new_v = Tensor::Allocate(p.dtype, new_shape,
                                     KvStrides(p.layout, true, new_shape));
+    FillBytes(new_k, kStagingFill);
+    FillBytes(new_v, kStagingFill);
     const int64_t mq = ps.max_q_len();
     Tensor q =
         Tensor::Contiguous(p.dtype, {p.batch, p.q_heads, mq, p.head_dim});

@@ -160,6 +160,64 @@ TEST(RunnerTest, DecodeLoopCatchesAOneUlpCacheCorruption) {
   EXPECT_NE(r.message.find("bit-exact"), std::string::npos);
 }
 
+// The portable append plus one stray write per sequence just past its new
+// tokens, of what a buggy kernel puts there.
+class StrayAppend final : public Backend {
+ public:
+  enum class What : uint8_t {
+    kZeros,       // "clears" the next slot
+    kStagingRow,  // a `t <= n` loop: the staging row after the last token
+  };
+  explicit StrayAppend(What what) : what_(what) {}
+  std::string_view name() const override { return "stray_append"; }
+  Status Attention(const AttentionProblem& p, const AttentionArgs& a) override {
+    return reference::Attention(p, a);
+  }
+  Status AppendKv(const KvAppendArgs& a) override {
+    ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+    AppendKvStrided(a);
+    for (int64_t b = 0; b < a.k_cache.shape[0]; ++b) {
+      const int64_t n = a.new_lens[b], end = a.positions[b] + n;
+      // Only where the staging row exists and the cache has room.
+      if (end >= a.k_cache.shape[2] || n >= a.new_k.shape[2]) continue;
+      for (int64_t h = 0; h < a.k_cache.shape[1]; ++h)
+        for (int64_t e = 0; e < a.k_cache.shape[3]; ++e) {
+          a.k_cache.Store(
+              b, h, end, e,
+              what_ == What::kZeros ? 0.0f : a.new_k.Load(b, h, n, e));
+        }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  What what_;
+};
+
+// The cache starts as a nonzero fill and the staging rows past a sequence's
+// new_len as another: writing zeros, or copying a row past new_len, changes
+// a byte the check compares (zero-filled buffers would hide both).
+TEST(RunnerTest, DecodeLoopCatchesWritesOfZerosOrStagingPaddingPastTheEnd) {
+  // Sequence 1 appends fewer tokens than sequence 0 at step 0 (prompts 5
+  // and 2), so its staging row 2 is padding.
+  const TestCase c = Case(
+      "seed=2,index=4,steps=1,b=2,hq=2,hkv=2,d=3,q=1:1,"
+      "kv=6:3,dtype=f32,layout=bshd");
+  for (auto what :
+       {StrayAppend::What::kZeros, StrayAppend::What::kStagingRow}) {
+    StrayAppend stray(what);
+    const CheckResult r = RunOne(c, stray);
+    EXPECT_EQ(r.outcome, Outcome::kKvCache);
+    EXPECT_EQ(r.step, 0);
+    EXPECT_NE(r.message.find("past the sequence's length"), std::string::npos)
+        << r.message;
+  }
+  // The staging padding is only in sequence 1: the message names it.
+  StrayAppend staging(StrayAppend::What::kStagingRow);
+  EXPECT_NE(RunOne(c, staging).message.find("wrote k_cache[1,0,2,0]"),
+            std::string::npos);
+}
+
 TEST(RunnerTest, ValuesAreReproducibleFromTheCase) {
   // Two runs of the same failing case give bit-identical error statistics.
   auto canary = MakeCanary(Bug::kMissingRescale);

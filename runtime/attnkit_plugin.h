@@ -9,9 +9,14 @@
  *
  * returning a table that lives until the library is unloaded. The loader
  * checks table->abi_version == ATTNKIT_PLUGIN_ABI_VERSION and
- * table->struct_size >= sizeof(attnkit_plugin_v1_table) before using it.
- * A future incompatible ABI exports attnkit_plugin_v2 (a library may export
- * both); compatible additions append fields and grow struct_size.
+ * table->struct_size >= ATTNKIT_PLUGIN_V1_BASE_SIZE (the table as first
+ * published, through `attention`) before using it. A plug-in sets
+ * struct_size = sizeof(attnkit_plugin_v1_table) of the header it was built
+ * with. A future incompatible ABI exports attnkit_plugin_v2 (a library may
+ * export both); compatible additions append fields and grow struct_size, and
+ * the loader reads an appended field only when struct_size covers it: a
+ * library built against an older header keeps working, its missing fields
+ * taken as NULL. Fields added so far: append_kv (after attention).
  *
  * Semantics are attnkit's (runtime/problem.h): logical shapes are
  * [batch, heads, seq, dim]; layouts are strides, in elements; query i of
@@ -21,27 +26,30 @@
  * q, k, v are in `dtype`, bias and out are f32, math is f32; a row that
  * sees no key outputs zeros; only out rows i < q_lens[b] may be written.
  *
- * Ownership: every pointer the harness passes (problem, lengths, tensors,
- * the error buffer) is owned by the harness and valid only during the call;
- * a plug-in must not keep it. The table, its `name` and the instance from
- * create() are owned by the plug-in; the harness calls destroy() once per
- * instance and never frees anything of the plug-in's.
+ * Ownership: every pointer the harness passes (problem, lengths,
+ * positions, tensors, the error buffer) is owned by the harness and valid
+ * only during the call; a plug-in must not keep it. The table, its `name` and
+ * the instance from create() are owned by the plug-in; the harness calls
+ * destroy() once per instance and never frees anything of the plug-in's.
  *
  * Errors: every call returns an attnkit_plugin_status. On anything but
  * ATTNKIT_PLUGIN_OK the plug-in writes a NUL-terminated message (truncated
  * to error_capacity bytes including the NUL) into `error`, naming the field
  * and value it rejects, e.g. "head_dim=300 exceeds 256". The harness shows
  * it verbatim. UNSUPPORTED from supports() makes the harness skip the
- * problem (never a failure); any error from attention() on a problem that
- * supports() accepted is a failure. Plug-ins must not throw across the ABI,
- * print, or exit.
+ * problem (never a failure); any error from attention() or append_kv() on
+ * a problem that supports() accepted is a failure. Plug-ins must not throw
+ * across the ABI, print, or exit.
  *
  * Threads: one instance is called from one thread at a time; a plug-in may
  * use threads inside a call.
  *
- * KV cache: v1 has no append hook; decode-loop cases append with attnkit's
- * portable in-place append and then call attention() on the cache prefix
- * (capacity-sized k/v views).
+ * KV cache: decode-loop cases append each step's new tokens to a
+ * preallocated, capacity-sized cache with the plug-in's append_kv (when the
+ * table has it) or else with attnkit's portable in-place append, check that
+ * the whole cache then equals the naive concatenation bit for bit (nothing
+ * but the new tokens' positions changed), and call attention() on the cache
+ * prefix (capacity-sized k/v views).
  */
 #ifndef ATTNKIT_RUNTIME_ATTNKIT_PLUGIN_H_
 #define ATTNKIT_RUNTIME_ATTNKIT_PLUGIN_H_
@@ -116,6 +124,23 @@ typedef struct attnkit_plugin_attention_args {
   attnkit_plugin_tensor out;  /* f32, shape of q */
 } attnkit_plugin_attention_args;
 
+/* One KV-cache append: sequence b's tokens t < new_lens[b] of new_k/new_v
+ * go to position positions[b] + t of k_cache/v_cache, every kv head, every
+ * element of head_dim. The caches' layout is in their strides (BHSD, BSHD,
+ * or transposed V: v_cache.strides[2] == 1); a kernel specialised to one
+ * layout declines the others in supports(), which sees problem->layout.
+ * Before the call the harness has checked that all four tensors have one
+ * dtype, that batch, kv_heads and head_dim agree, that new_lens[b] <=
+ * new_k.shape[2], and that positions[b] + new_lens[b] <= capacity. */
+typedef struct attnkit_plugin_kv_append_args {
+  attnkit_plugin_tensor k_cache; /* [batch, kv_heads, capacity, head_dim] */
+  attnkit_plugin_tensor v_cache; /* same shape; strides per layout */
+  attnkit_plugin_tensor new_k;   /* [batch, kv_heads, >= max new_len, dim] */
+  attnkit_plugin_tensor new_v;   /* same shape as new_k; any strides */
+  const int64_t* positions;      /* [batch]: the sequence's current length */
+  const int64_t* new_lens;       /* [batch]: tokens to append, may be 0 */
+} attnkit_plugin_kv_append_args;
+
 typedef struct attnkit_plugin_v1_table {
   uint32_t abi_version; /* ATTNKIT_PLUGIN_ABI_VERSION */
   uint32_t struct_size; /* sizeof(attnkit_plugin_v1_table) */
@@ -136,7 +161,31 @@ typedef struct attnkit_plugin_v1_table {
                                      const attnkit_plugin_problem* problem,
                                      const attnkit_plugin_attention_args* args,
                                      char* error, size_t error_capacity);
+
+  /* --- appended after the first v1 (read only when struct_size covers it) */
+
+  /* The plug-in's own in-place KV append (e.g. fused into a transposed-V or
+   * quantization-friendly layout). May be NULL: the harness appends with its
+   * portable strided copy. It writes the new tokens' positions of k_cache
+   * and v_cache -- [positions[b], positions[b] + new_lens[b]) of every kv
+   * head, every element of head_dim, bit-exact copies of new_k/new_v -- and
+   * nothing else: not the positions before or after them (not even zeros),
+   * not other sequences, no byte outside the views' elements, not new_k or
+   * new_v (which it only reads; their rows past new_lens[b] are padding
+   * whose values mean nothing). The harness fills the cache's unused positions
+   * and that padding with nonzero patterns and, after every append, compares
+   * every byte of the capacity-sized caches; it counts the new tokens'
+   * bytes as the append's copy. Any error (message naming the field and
+   * value, e.g. "k_cache.strides[3]=2 is not 1") fails the case: a problem
+   * the hook cannot append is declined in supports(). */
+  attnkit_plugin_status (*append_kv)(void* instance,
+                                     const attnkit_plugin_kv_append_args* args,
+                                     char* error, size_t error_capacity);
 } attnkit_plugin_v1_table;
+
+/* The smallest struct_size the loader accepts: the table through
+ * `attention`, as v1 was first published (with no append_kv). */
+#define ATTNKIT_PLUGIN_V1_BASE_SIZE offsetof(attnkit_plugin_v1_table, append_kv)
 
 /* The one symbol a plug-in exports. */
 typedef const attnkit_plugin_v1_table* (*attnkit_plugin_v1_fn)(void);

@@ -1,14 +1,17 @@
 /* An example attnkit plug-in in plain C: single-pass (online-softmax)
- * attention over strided views, every mask, layout and dtype. It is what a
- * user copies to test their own kernel:
+ * attention over strided views, every mask, layout and dtype, and its own
+ * in-place KV append (the append_kv hook). It is what a user copies to test
+ * their own kernel:
  *
  *   cc -O2 -shared -fPIC -I<attnkit> example_attention.c -o libexample.so -lm
  *   ./attnkit check --plugin ./libexample.so --backends example
  *
  * Built as test variants too: EXAMPLE_PLUGIN_ABI_VERSION overrides the
  * version it claims (the loader must refuse it), EXAMPLE_PLUGIN_HEAD_DIM_MAX
- * makes supports() reject larger head dims (the harness must skip them),
- * EXAMPLE_PLUGIN_NO_ENTRY exports the table under another name.
+ * makes supports() and append_kv reject larger head dims (the harness must
+ * skip them), EXAMPLE_PLUGIN_NO_ENTRY exports the table under another name,
+ * EXAMPLE_PLUGIN_TABLE_SIZE claims a shorter table (the loader must not read
+ * past it), EXAMPLE_PLUGIN_APPEND_BUG plants a bug in the append.
  */
 #include <math.h>
 #include <stdint.h>
@@ -26,6 +29,20 @@
 #endif
 #ifndef EXAMPLE_PLUGIN_HEAD_DIM_MAX
 #define EXAMPLE_PLUGIN_HEAD_DIM_MAX 1024
+#endif
+#ifndef EXAMPLE_PLUGIN_TABLE_SIZE
+#define EXAMPLE_PLUGIN_TABLE_SIZE sizeof(attnkit_plugin_v1_table)
+#endif
+
+/* The bugs a hand-written KV append has; the harness must catch each. */
+#define EXAMPLE_APPEND_CORRECT 0
+#define EXAMPLE_APPEND_POSITION_OFF 1 /* token t lands at positions[b]+t+1 */
+#define EXAMPLE_APPEND_PAST_END                                            \
+  2                                 /* the last token is stored again, one \
+                                       position past the new tokens */
+#define EXAMPLE_APPEND_SKIPS_HEAD 3 /* the head loop stops one short */
+#ifndef EXAMPLE_PLUGIN_APPEND_BUG
+#define EXAMPLE_PLUGIN_APPEND_BUG EXAMPLE_APPEND_CORRECT
 #endif
 
 /* Per-instance scratch: one query row and one accumulator row, grown on
@@ -151,14 +168,91 @@ static attnkit_plugin_status example_attention(
   return ATTNKIT_PLUGIN_OK;
 }
 
+static size_t dtype_size(int32_t dtype) {
+  return dtype == ATTNKIT_PLUGIN_BF16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+/* Copies token `from` of sequence b, kv head h, of src to position `to` of
+ * dst: one memcpy when both rows are contiguous in head_dim (BHSD/BSHD
+ * keys), else element by element (transposed V: consecutive elements of a
+ * token are a capacity apart). */
+static void copy_token(const attnkit_plugin_tensor* dst,
+                       const attnkit_plugin_tensor* src, int64_t b, int64_t h,
+                       int64_t from, int64_t to, size_t esize) {
+  char* d =
+      (char*)dst->data + (size_t)(b * dst->strides[0] + h * dst->strides[1] +
+                                  to * dst->strides[2]) *
+                             esize;
+  const char* s = (const char*)src->data +
+                  (size_t)(b * src->strides[0] + h * src->strides[1] +
+                           from * src->strides[2]) *
+                      esize;
+  const int64_t dim = dst->shape[3];
+  if (dst->strides[3] == 1 && src->strides[3] == 1) {
+    memcpy(d, s, (size_t)dim * esize);
+    return;
+  }
+  for (int64_t e = 0; e < dim; ++e) {
+    memcpy(d + (size_t)(e * dst->strides[3]) * esize,
+           s + (size_t)(e * src->strides[3]) * esize, esize);
+  }
+}
+
+/* The in-place append: token t of sequence b goes to positions[b] + t, for
+ * K and V, every kv head; nothing else of the cache is written. */
+static attnkit_plugin_status example_append_kv(
+    void* instance, const attnkit_plugin_kv_append_args* a, char* error,
+    size_t error_capacity) {
+  (void)instance;
+  if (EXAMPLE_PLUGIN_TABLE_SIZE < sizeof(attnkit_plugin_v1_table)) {
+    /* The test variant whose table claims to end before append_kv: the
+     * loader must not even read the field, so reaching here is its bug. */
+    snprintf(error, error_capacity,
+             "append_kv called although struct_size=%u ends before it",
+             (unsigned)(EXAMPLE_PLUGIN_TABLE_SIZE));
+    return ATTNKIT_PLUGIN_INTERNAL;
+  }
+  const int64_t batch = a->k_cache.shape[0], heads = a->k_cache.shape[1];
+  const int64_t capacity = a->k_cache.shape[2];
+  if (a->k_cache.shape[3] > EXAMPLE_PLUGIN_HEAD_DIM_MAX) {
+    snprintf(error, error_capacity, "head_dim=%lld exceeds %d",
+             (long long)a->k_cache.shape[3], EXAMPLE_PLUGIN_HEAD_DIM_MAX);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
+  const size_t esize = dtype_size(a->k_cache.dtype);
+  int64_t head_end = heads;
+  if (EXAMPLE_PLUGIN_APPEND_BUG == EXAMPLE_APPEND_SKIPS_HEAD) head_end -= 1;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t pos = a->positions[b], n = a->new_lens[b];
+    for (int64_t h = 0; h < head_end; ++h) {
+      for (int64_t t = 0; t < n; ++t) {
+        int64_t to = pos + t;
+        if (EXAMPLE_PLUGIN_APPEND_BUG == EXAMPLE_APPEND_POSITION_OFF) {
+          if (to + 1 >= capacity) continue; /* stays inside the view */
+          to += 1;
+        }
+        copy_token(&a->k_cache, &a->new_k, b, h, t, to, esize);
+        copy_token(&a->v_cache, &a->new_v, b, h, t, to, esize);
+      }
+      if (EXAMPLE_PLUGIN_APPEND_BUG == EXAMPLE_APPEND_PAST_END && n > 0 &&
+          pos + n < capacity) {
+        copy_token(&a->k_cache, &a->new_k, b, h, n - 1, pos + n, esize);
+        copy_token(&a->v_cache, &a->new_v, b, h, n - 1, pos + n, esize);
+      }
+    }
+  }
+  return ATTNKIT_PLUGIN_OK;
+}
+
 static const attnkit_plugin_v1_table kTable = {
     EXAMPLE_PLUGIN_ABI_VERSION,
-    (uint32_t)sizeof(attnkit_plugin_v1_table),
+    (uint32_t)(EXAMPLE_PLUGIN_TABLE_SIZE),
     EXAMPLE_PLUGIN_NAME,
     example_create,
     example_destroy,
     example_supports,
     example_attention,
+    example_append_kv,
 };
 
 /* EXAMPLE_PLUGIN_NO_ENTRY builds a library whose only export has the wrong
