@@ -378,7 +378,7 @@ Status CompiledBackend::AppendKv(const KvAppendArgs &a) {
           copyHead(b, h);
     }
   }
-  accounting::RecordCopy(2 * elems * DTypeSize(a.k_cache.dtype));
+  accounting::RecordCopy(AppendedBytes(a));
   return Status::Ok();
 }
 

@@ -125,10 +125,7 @@ class PluginBackend final : public Backend {
     ATTNKIT_RETURN_IF_ERROR(
         FromC(append_kv_(instance_, &ca, error, sizeof(error)), "append_kv",
               name_, error));
-    int64_t tokens = 0;
-    for (int64_t n : a.new_lens) tokens += n;
-    accounting::RecordCopy(2 * tokens * a.k_cache.shape[1] *
-                           a.k_cache.shape[3] * DTypeSize(a.k_cache.dtype));
+    accounting::RecordCopy(AppendedBytes(a));
     return Status::Ok();
   }
 

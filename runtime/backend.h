@@ -34,6 +34,9 @@ struct KvAppendArgs {
 // OUT_OF_RANGE error naming the sequence, its length and the capacity.
 Status ValidateAppend(const KvAppendArgs& a);
 
+// Bytes an append of `a` writes: the new tokens of K and V, every head.
+int64_t AppendedBytes(const KvAppendArgs& a);
+
 // The portable strided append (element by element, contiguous runs with
 // memcpy). Returns the number of bytes written and reports them to
 // accounting::RecordCopy (runtime/accounting.h). Preconditions: ValidateAppend.

@@ -90,6 +90,13 @@ int64_t CopyHead(const TensorView& dst, const TensorView& src, int64_t b,
 
 }  // namespace
 
+int64_t AppendedBytes(const KvAppendArgs& a) {
+  int64_t tokens = 0;
+  for (int64_t n : a.new_lens) tokens += n;
+  return 2 * tokens * a.k_cache.shape[1] * a.k_cache.shape[3] *
+         DTypeSize(a.k_cache.dtype);
+}
+
 int64_t AppendKvStrided(const KvAppendArgs& a) {
   int64_t bytes = 0;
   for (int64_t b = 0; b < a.k_cache.shape[0]; ++b) {

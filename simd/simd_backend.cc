@@ -308,10 +308,7 @@ void CopyTokens(const TensorView& dst, const TensorView& src, int64_t b,
 Status SimdBackend::AppendKv(const KvAppendArgs& a) {
   ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
   const int64_t batch = a.k_cache.shape[0], heads = a.k_cache.shape[1];
-  int64_t tokens = 0;
-  for (int64_t b = 0; b < batch; ++b) tokens += a.new_lens[b];
-  const int64_t bytes =
-      2 * tokens * heads * a.k_cache.shape[3] * DTypeSize(a.k_cache.dtype);
+  const int64_t bytes = AppendedBytes(a);
   // One decode token per head is a few hundred bytes: threads only pay for
   // prefill-sized appends (>= 4 MiB).
   const bool f32 = a.k_cache.dtype == DType::kF32;
