@@ -630,16 +630,40 @@ struct Flash {
   }
 
   // ---- lanes = d / keys (few rows: decode) --------------------------------
+  // Software prefetch (into L1) of the rows a loop will read PrefetchKeys()
+  // keys later, issued one row at a time from inside the loop's compute:
+  // Fetch(j) fetches row j of [base + j*stride, + bytes), rows j < n exist.
+  // Spreading the prefetches over the work matters on Zen 4: the same rows
+  // fetched in bursts of 16 per 16-key block ran bf16 decode (d=128, kv 16k)
+  // at 52-58% of a paired read pass on one core, one row per key at 75-80%.
+  struct AheadRows {
+    const char* base = nullptr;  // null: nothing to fetch
+    int64_t stride = 0, n = 0, bytes = 0;
+    // `len` bytes of row j (a compile-time constant where the caller knows
+    // it, so the lines unroll).
+    void Fetch(int64_t j, int64_t len) const {
+      if (base == nullptr || j >= n) return;
+      for (int64_t x = 0; x < len; x += 64)
+        __builtin_prefetch(base + j * stride + x, 0, 3);
+    }
+    void Fetch(int64_t j) const { Fetch(j, bytes); }
+    void FetchAll() const {
+      for (int64_t j = 0; j < n; ++j) Fetch(j);
+    }
+  };
+
   // O[r][e0 .. e0 + DV*W) += sum_j P[r][j] V[j][..] for RB rows; V rows at
   // v + j*sj. 4x4 on AVX-512: 16 accumulators, per key 4 V loads + 4 P
   // broadcasts feed 16 FMAs.
   template <int RB, int DV, typename T>
   static void PvRows(const float* pm, int64_t sp, int64_t nt, const T* v,
-                     int64_t sj, float* o, int64_t so) {
+                     int64_t sj, float* o, int64_t so, const AheadRows& ahead) {
     V acc[RB][DV];
     for (int r = 0; r < RB; ++r)
       for (int c = 0; c < DV; ++c) acc[r][c] = X::Load(o + r * so + c * W);
     for (int64_t j = 0; j < nt; ++j) {
+      // This block's columns of the row ahead (ahead.bytes of them).
+      ahead.Fetch(j, DV * W * static_cast<int64_t>(sizeof(T)));
       V vv[DV];
       for (int c = 0; c < DV; ++c) vv[c] = X::Load(v + j * sj + c * W);
       for (int r = 0; r < RB; ++r) {
@@ -652,103 +676,180 @@ struct Flash {
   }
   template <int RB, typename T>
   static void PvRowsDv(int dv, const float* pm, int64_t sp, int64_t nt,
-                       const T* v, int64_t sj, float* o, int64_t so) {
+                       const T* v, int64_t sj, float* o, int64_t so,
+                       const AheadRows& ahead) {
     switch (dv) {
       case 1:
-        return PvRows<RB, 1>(pm, sp, nt, v, sj, o, so);
+        return PvRows<RB, 1>(pm, sp, nt, v, sj, o, so, ahead);
       case 2:
-        return PvRows<RB, 2>(pm, sp, nt, v, sj, o, so);
+        return PvRows<RB, 2>(pm, sp, nt, v, sj, o, so, ahead);
       case 3:
-        return PvRows<RB, 3>(pm, sp, nt, v, sj, o, so);
+        return PvRows<RB, 3>(pm, sp, nt, v, sj, o, so, ahead);
       default:
-        return PvRows<RB, 4>(pm, sp, nt, v, sj, o, so);
+        return PvRows<RB, 4>(pm, sp, nt, v, sj, o, so, ahead);
     }
   }
+  // O += P V over a tile of nt keys, in blocks of 4 rows x 4W columns.
+  //
+  // When a row is wider than 4W (d = 128 on AVX-512), a column block reads
+  // only part of every V row; running each column block over the whole tile
+  // would hand the hardware prefetcher a stream that skips lines and comes
+  // back for them, which it follows poorly (without arithmetic: two half-row
+  // passes over 256-key tiles stream ~20% slower than whole rows, 4 KiB
+  // chunks as fast). So the keys go in chunks of about 4 KiB of V, every
+  // column block of a chunk runs before the next chunk, and the other column
+  // blocks re-read the chunk from L1.
+  //
+  // pf_rows: rows that exist from vbase on (the keys left in the work item):
+  // the first row block prefetches rows PrefetchKeys() ahead up to there; 0
+  // for a workspace copy (nothing to prefetch).
   template <typename T>
   static void PvRowsAll(int64_t R, int64_t De, const float* sm, int64_t nt,
-                        const T* vbase, int64_t vs, float* o) {
-    for (int64_t r0 = 0; r0 < R; r0 += 4) {
-      const int64_t rb = R - r0 < 4 ? R - r0 : 4;
-      for (int64_t e0 = 0; e0 < De; e0 += 4 * W) {
-        const int dv = static_cast<int>((De - e0) / W < 4 ? (De - e0) / W : 4);
-        const float* pm = sm + r0 * kTileRows;
-        float* orow = o + r0 * De + e0;
-        switch (rb) {
-          case 1:
-            PvRowsDv<1>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
-            break;
-          case 2:
-            PvRowsDv<2>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
-            break;
-          case 3:
-            PvRowsDv<3>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
-            break;
-          default:
-            PvRowsDv<4>(dv, pm, kTileRows, nt, vbase + e0, vs, orow, De);
-            break;
+                        const T* vbase, int64_t vs, float* o, int64_t pf_rows) {
+    const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
+    const int64_t chunk =
+        De <= 4 * W ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
+    const int64_t ahead_keys = PrefetchKeys(row_bytes);
+    for (int64_t j0 = 0; j0 < nt; j0 += chunk) {
+      const int64_t nj = nt - j0 < chunk ? nt - j0 : chunk;
+      const T* vj = vbase + j0 * vs;
+      for (int64_t r0 = 0; r0 < R; r0 += 4) {
+        const int64_t rb = R - r0 < 4 ? R - r0 : 4;
+        const float* pm = sm + r0 * kTileRows + j0;
+        for (int64_t e0 = 0; e0 < De; e0 += 4 * W) {
+          const int dv =
+              static_cast<int>((De - e0) / W < 4 ? (De - e0) / W : 4);
+          float* orow = o + r0 * De + e0;
+          AheadRows ahead;
+          if (r0 == 0 && j0 + ahead_keys < pf_rows) {
+            ahead.base =
+                reinterpret_cast<const char*>(vj + ahead_keys * vs + e0);
+            ahead.stride = vs * static_cast<int64_t>(sizeof(T));
+            ahead.n = pf_rows - (j0 + ahead_keys);
+            ahead.bytes = dv * W * static_cast<int64_t>(sizeof(T));
+          }
+          switch (rb) {
+            case 1:
+              PvRowsDv<1>(dv, pm, kTileRows, nj, vj + e0, vs, orow, De, ahead);
+              break;
+            case 2:
+              PvRowsDv<2>(dv, pm, kTileRows, nj, vj + e0, vs, orow, De, ahead);
+              break;
+            case 3:
+              PvRowsDv<3>(dv, pm, kTileRows, nj, vj + e0, vs, orow, De, ahead);
+              break;
+            default:
+              PvRowsDv<4>(dv, pm, kTileRows, nj, vj + e0, vs, orow, De, ahead);
+              break;
+          }
         }
       }
     }
   }
   // QK^T for few rows (decode): RP rows x KB = W / RP keys per call, one
   // accumulator per (row, key), so the W accumulators reduce to one vector
-  // with a single HAddP (lane r * KB + k). Per W floats of d: RP Q loads and
-  // KB K loads feed W FMAs, and each K vector is loaded once for all rows
-  // (a row-at-a-time dot loop loads every K vector RP times, which made QK
-  // twice the cost of P.V).
+  // with a single HAddP (lane r * KB + k). Each K vector is loaded once for
+  // all rows (a row-at-a-time dot loop loads every K vector RP times, which
+  // made QK twice the cost of P.V).
+  //
+  // Load order: key by key, each K row's lines in address order, with a
+  // segment of Q (kQkSeg vectors of d per row) held in registers. Walking d
+  // in the outer loop instead (one vector of each of the KB rows in turn)
+  // jumps back and forth across KB rows, and Zen 4's hardware prefetchers
+  // then stop streaming K: from DRAM QK^T cost 98 cycles/key that way and 41
+  // key by key (bf16 d=128, 4 rows, no software prefetch; 17 in cache).
   static constexpr int kQkRowGroup = W < 8 ? W : 8;
-  template <int RP, typename T>
-  static V QkBlock(const float* const* qr, const void* const* kp, int64_t De) {
+  // Q registers per call: what the W accumulators and one K vector leave of
+  // the register file (32 zmm on AVX-512, 16 ymm on AVX2).
+  static constexpr int kQkQRegs = W >= 16 ? 16 : (W / 2 > 1 ? W / 2 : 1);
+  template <int RP>
+  static constexpr int kQkSeg = kQkQRegs / RP > 1 ? kQkQRegs / RP : 1;
+  // acc[r * KB + kk] += Q[r][e0 + s*W ...] . K[kk][...] for NS vectors s.
+  template <int RP, int NS, typename T>
+  static void QkSegment(const float* const* qr, const void* const* kp,
+                        int64_t e0, V* acc) {
     constexpr int KB = W / RP;
-    V acc[W];
-    for (int i = 0; i < W; ++i) acc[i] = X::Zero();
-    for (int64_t e = 0; e < De; e += W) {
-      V qv[RP];
-      for (int r = 0; r < RP; ++r) qv[r] = X::Load(qr[r] + e);
-      for (int kk = 0; kk < KB; ++kk) {
-        const V kv = X::Load(static_cast<const T*>(kp[kk]) + e);
+    V qv[RP][NS];
+    for (int r = 0; r < RP; ++r)
+      for (int s = 0; s < NS; ++s) qv[r][s] = X::Load(qr[r] + e0 + s * W);
+    for (int kk = 0; kk < KB; ++kk) {
+      const T* k = static_cast<const T*>(kp[kk]) + e0;
+      for (int s = 0; s < NS; ++s) {
+        const V kv = X::Load(k + s * W);
         for (int r = 0; r < RP; ++r)
-          acc[r * KB + kk] = X::Fma(qv[r], kv, acc[r * KB + kk]);
+          acc[r * KB + kk] = X::Fma(qv[r][s], kv, acc[r * KB + kk]);
       }
     }
+  }
+  // Segments of NS vectors while they fit, then the rest in halving sizes
+  // (NS is a power of two).
+  template <int RP, int NS, typename T>
+  static void QkSegments(const float* const* qr, const void* const* kp,
+                         int64_t& e0, int64_t De, V* acc) {
+    for (; e0 + NS * W <= De; e0 += NS * W)
+      QkSegment<RP, NS, T>(qr, kp, e0, acc);
+    if constexpr (NS > 1) QkSegments<RP, NS / 2, T>(qr, kp, e0, De, acc);
+  }
+  template <int RP, typename T>
+  static V QkBlock(const float* const* qr, const void* const* kp, int64_t De) {
+    V acc[W];
+    for (int i = 0; i < W; ++i) acc[i] = X::Zero();
+    int64_t e0 = 0;
+    QkSegments<RP, kQkSeg<RP>, T>(qr, kp, e0, De, acc);
     return X::HAddP(acc);
   }
 #if defined(__AVX512BF16__)
-  // The same with vdpbf16ps over bf16 Q and K rows (d % 32 == 0).
+  // The same with vdpbf16ps over bf16 Q and K rows (d % 32 == 0): NS vectors
+  // of 32 bf16 per segment.
+  template <int RP, int NS>
+  static void QkSegmentDot(const uint16_t* const* qr, const void* const* kp,
+                           int64_t e0, __m512* acc) {
+    constexpr int KB = 16 / RP;
+    __m512bh qv[RP][NS];
+    for (int r = 0; r < RP; ++r)
+      for (int s = 0; s < NS; ++s)
+        qv[r][s] = (__m512bh)_mm512_loadu_si512(qr[r] + e0 + 32 * s);
+    for (int kk = 0; kk < KB; ++kk) {
+      const uint16_t* k = static_cast<const uint16_t*>(kp[kk]) + e0;
+      for (int s = 0; s < NS; ++s) {
+        const __m512bh kv = (__m512bh)_mm512_loadu_si512(k + 32 * s);
+        for (int r = 0; r < RP; ++r)
+          acc[r * KB + kk] = _mm512_dpbf16_ps(acc[r * KB + kk], qv[r][s], kv);
+      }
+    }
+  }
+  template <int RP, int NS>
+  static void QkSegmentsDot(const uint16_t* const* qr, const void* const* kp,
+                            int64_t& e0, int64_t d, __m512* acc) {
+    for (; e0 + NS * 32 <= d; e0 += NS * 32)
+      QkSegmentDot<RP, NS>(qr, kp, e0, acc);
+    if constexpr (NS > 1) QkSegmentsDot<RP, NS / 2>(qr, kp, e0, d, acc);
+  }
   template <int RP>
   static V QkBlockDot(const uint16_t* const* qr, const void* const* kp,
                       int64_t d) {
-    constexpr int KB = 16 / RP;
-    V acc[16];
     __m512 dacc[16];
     for (int i = 0; i < 16; ++i) dacc[i] = _mm512_setzero_ps();
-    for (int64_t e = 0; e < d; e += 32) {
-      __m512bh qv[RP];
-      for (int r = 0; r < RP; ++r)
-        qv[r] = (__m512bh)_mm512_loadu_si512(qr[r] + e);
-      for (int kk = 0; kk < KB; ++kk) {
-        const __m512bh kv = (__m512bh)_mm512_loadu_si512(
-            static_cast<const uint16_t*>(kp[kk]) + e);
-        for (int r = 0; r < RP; ++r)
-          dacc[r * KB + kk] = _mm512_dpbf16_ps(dacc[r * KB + kk], qv[r], kv);
-      }
-    }
+    int64_t e0 = 0;
+    QkSegmentsDot<RP, kQkSeg<RP>>(qr, kp, e0, d, dacc);
+    V acc[16];
     for (int i = 0; i < 16; ++i) acc[i] = dacc[i];
     return X::HAddP(acc);
   }
 #endif
   // S[r0 + r][0 .. W) for rn <= RP rows (padded rows read the zero row and
-  // are dropped) against the W keys kp.
+  // are dropped) against the W keys kp; ahead.Fetch(kk) for each key.
   template <int RP>
   static void QkGroup(bool dot, bool bf16, const float* q, int64_t De,
                       int64_t d, int64_t r0, int rn, const void* const* kp,
-                      const float* zero, float* srow) {
+                      const float* zero, float* srow, const AheadRows& ahead) {
     static_assert(RP <= W);
     constexpr int KB = W / RP;
     alignas(64) float t[W];
     const float* qr[RP];
     for (int r = 0; r < RP; ++r) qr[r] = r < rn ? q + (r0 + r) * De : zero;
     for (int kb = 0; kb < W; kb += KB) {
+      for (int kk = kb; kk < kb + KB; ++kk) ahead.Fetch(kk);
 #if defined(__AVX512BF16__)
       if (dot) {
         const uint16_t* qb[RP];
@@ -769,18 +870,6 @@ struct Flash {
           srow[r * kTileRows + kb + kk] = t[r * KB + kk];
     }
   }
-  // Software prefetch of n rows of `bytes` each (stride in bytes): the next
-  // tile's K/V, spread over this tile's work. Streams restart at every tile
-  // (K, then V, of one head; BSHD rows are 4 KiB apart), which the hardware
-  // prefetcher alone picks up too late for one core to reach its read
-  // bandwidth.
-  static void PrefetchRows(const char* base, int64_t stride, int64_t n,
-                           int64_t bytes) {
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t x = 0; x < bytes; x += 64)
-        __builtin_prefetch(base + r * stride + x, 0, 2);
-  }
-
   static void RunRowsPath(const BlockJob& job, const Rows& rows, float* ws,
                           const WorkspaceLayout& L, int64_t blo, int64_t bhi) {
     const AttentionProblem& p = *job.p;
@@ -794,6 +883,7 @@ struct Flash {
     const bool k_u16 = bf16 && k_direct;  // K rows read as bf16
     const bool v_direct = d % W == 0;
     const int64_t esize = DTypeSize(p.dtype);
+    const int64_t ahead_keys = PrefetchKeys(d * esize);
     const char* kdata = static_cast<const char*>(a.k.data);
     const char* vdata = static_cast<const char*>(a.v.data);
     float* q = ws + L.q;
@@ -846,42 +936,45 @@ struct Flash {
             kp[kk] = kw;
           }
         }
-        {
-          const int64_t jn = j0 + kTileRows + jb;  // same rows, next tile
-          const int64_t nn = bhi - jn < W ? bhi - jn : W;
-          if (nn > 0) {
-            PrefetchRows(kdata + a.k.Offset(job.b, job.kvh, jn, 0) * esize,
-                         a.k.strides[2] * esize, nn, d * esize);
-            if (tv) {  // V^T: a slice of the d rows, over the next tile's keys
-              const int64_t per = (d * W + ntp - 1) / ntp;
-              const int64_t e0 = jb / W * per;
-              const int64_t ne = d - e0 < per ? d - e0 : per;
-              const int64_t nk = bhi - (j0 + kTileRows) < kTileRows
-                                     ? bhi - (j0 + kTileRows)
-                                     : kTileRows;
-              if (ne > 0)
-                PrefetchRows(
-                    vdata +
-                        a.v.Offset(job.b, job.kvh, j0 + kTileRows, e0) * esize,
-                    a.v.strides[3] * esize, ne, nk * esize);
-            } else {
-              PrefetchRows(vdata + a.v.Offset(job.b, job.kvh, jn, 0) * esize,
-                           a.v.strides[2] * esize, nn, d * esize);
-            }
-          }
+        // K rows ahead_keys ahead of the W dotted now, fetched by the first
+        // row group's dot loop (see kernel.h).
+        AheadRows k_ahead;
+        const int64_t jk = j0 + jb + ahead_keys;
+        if (jk < bhi) {
+          k_ahead.base = kdata + a.k.Offset(job.b, job.kvh, jk, 0) * esize;
+          k_ahead.stride = a.k.strides[2] * esize;
+          k_ahead.n = bhi - jk;
+          k_ahead.bytes = d * esize;
+        }
+        if (tv && j0 + kTileRows < bhi) {
+          // V^T rows are d rows along the keys: a slice of them over the
+          // next tile's keys per W keys of this tile.
+          const int64_t per = (d * W + ntp - 1) / ntp;
+          const int64_t e0 = jb / W * per;
+          const int64_t ne = d - e0 < per ? d - e0 : per;
+          const int64_t nk = bhi - (j0 + kTileRows) < kTileRows
+                                 ? bhi - (j0 + kTileRows)
+                                 : kTileRows;
+          if (ne > 0)
+            AheadRows{
+                vdata + a.v.Offset(job.b, job.kvh, j0 + kTileRows, e0) * esize,
+                a.v.strides[3] * esize, ne, nk * esize}
+                .FetchAll();
         }
         for (int64_t r0 = 0; r0 < R; r0 += kQkRowGroup) {
           const int rn =
               static_cast<int>(R - r0 < kQkRowGroup ? R - r0 : kQkRowGroup);
           float* srow = sm + r0 * kTileRows + jb;
+          const AheadRows& ahead = r0 == 0 ? k_ahead : AheadRows{};
           if (rn == 1) {
-            QkGroup<1>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow);
+            QkGroup<1>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
           } else if (rn == 2) {
-            QkGroup<2>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow);
+            QkGroup<2>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
           } else if (rn <= 4) {
-            QkGroup<4>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow);
+            QkGroup<4>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
           } else {
-            QkGroup<kQkRowGroup>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow);
+            QkGroup<kQkRowGroup>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow,
+                                 ahead);
           }
         }
       }
@@ -972,18 +1065,28 @@ struct Flash {
         const int64_t off = a.v.Offset(job.b, job.kvh, j0, 0);
         if (bf16) {
           PvRowsAll(R, De, sm, nt, static_cast<const uint16_t*>(a.v.data) + off,
-                    a.v.strides[2], o);
+                    a.v.strides[2], o, bhi - j0);
         } else {
-          PvRowsAll(R, De, sm, nt, a.v.As<float>() + off, a.v.strides[2], o);
+          PvRowsAll(R, De, sm, nt, a.v.As<float>() + off, a.v.strides[2], o,
+                    bhi - j0);
         }
       } else {  // d not a multiple of W: zero-padded f32 copy
         float* vw = ws + L.vw;
+        AheadRows v_ahead;
+        if (j0 + ahead_keys < bhi) {
+          v_ahead.base =
+              vdata + a.v.Offset(job.b, job.kvh, j0 + ahead_keys, 0) * esize;
+          v_ahead.stride = a.v.strides[2] * esize;
+          v_ahead.n = bhi - (j0 + ahead_keys);
+          v_ahead.bytes = d * esize;
+        }
         for (int64_t j = 0; j < nt; ++j) {
+          v_ahead.Fetch(j);
           LoadRow(a.v, a.v.Offset(job.b, job.kvh, j0 + j, 0), 1, d,
                   vw + j * De);
           ZeroFloats(vw + j * De + d, De - d);
         }
-        PvRowsAll(R, De, sm, nt, static_cast<const float*>(vw), De, o);
+        PvRowsAll(R, De, sm, nt, static_cast<const float*>(vw), De, o, 0);
       }
     }
     // ---- write out

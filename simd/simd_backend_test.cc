@@ -98,7 +98,7 @@ using harness::testing::ExpectMatchesOracle;
 
 // A seeded random problem covering every feature: ragged batches with empty
 // sequences, GQA/MQA, odd head dims, every mask, dtype and layout, lengths
-// around the tile sizes (64, 256) and the row block (64 rows).
+// around the tile sizes (64, 128) and the row block (64 rows).
 AttentionProblem RandomProblem(Rng& rng) {
   AttentionProblem p;
   p.batch = rng.Range(1, 3);
@@ -157,7 +157,7 @@ TEST_P(SimdIsaTest, AdversarialProfiles) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       for (MaskKind mask :
            {MaskKind::kNone, MaskKind::kCausal, MaskKind::kBias}) {
-        // Tile edges: 513 = 2 * 256 + 1 (decode tiles), 65 = 64 + 1.
+        // Tile edges: 513 = 4 * 128 + 1 (decode tiles), 65 = 64 + 1.
         AttentionProblem p;
         p.batch = 2;
         p.q_heads = 4;
