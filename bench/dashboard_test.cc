@@ -119,16 +119,36 @@ TEST(DashboardTest, DecodeAgainstEachRunsOwnReadBandwidth) {
             std::string::npos);
   const size_t table = html.find("<table id=\"decode-bw\">");
   ASSERT_NE(table, std::string::npos);
-  EXPECT_NE(html.find("<td>10</td><td>19.23</td><td>n/a</td>", table),
-            std::string::npos)
+  EXPECT_NE(
+      html.find("<td>10</td><td>19.23</td><td>n/a</td><td>n/a</td>", table),
+      std::string::npos)
       << html.substr(table, 600);
 
   // With read_bw in the latest run the table shows its ratio, not another
   // run's: 100 * 10 / 32.
   testing::AddReadBandwidth(runs[3], 2, {32, 31, 60});
   html = RenderDashboard(runs);
-  EXPECT_NE(html.find("<td>10</td><td>19.23</td><td>31.25</td>"),
+  EXPECT_NE(html.find("<td>10</td><td>19.23</td><td>31.25</td><td>n/a</td>"),
             std::string::npos);
+  // A decode_paired/ twin adds the paired figure to the same row.
+  BenchmarkSamples& twin =
+      runs[3].benchmarks
+          ["decode_paired/reference/kv_len:4096/bf16:0/batch:1/"
+           "iterations:32/manual_time"];
+  twin.metrics["GBps"] = {11, 12, 13};
+  twin.metrics["pct_read_bw_paired"] = {70, 90, 80};
+  html = RenderDashboard(runs);
+  EXPECT_NE(
+      html.find("<td>10</td><td>19.23</td><td>31.25</td><td>80</td></tr>"),
+      std::string::npos);
+  // ... and the twin's history gets a plot of its own figure.
+  const std::string paired = BenchDiv(
+      html,
+      "decode_paired/reference/kv_len:4096/bf16:0/batch:1/iterations:32/"
+      "manual_time");
+  EXPECT_NE(paired.find("data-metric=\"pct_read_bw_paired\""),
+            std::string::npos)
+      << paired;
   EXPECT_NE(html.find("calibration/read_bw/threads:2/real_time</code> median "
                       "<b>32 GB/s</b> over 3 repetitions (31..60)"),
             std::string::npos);

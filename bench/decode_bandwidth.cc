@@ -44,6 +44,23 @@ const std::vector<double>* Samples(const BenchmarkSamples& s,
   return it == s.metrics.end() || it->second.empty() ? nullptr : &it->second;
 }
 
+// "<backend>/kv_len:../bf16:../batch:.." of a decode/ or decode_paired/
+// benchmark name: what a decode benchmark and its paired twin share.
+std::string DecodeShape(std::string_view name) {
+  name.remove_prefix(name.find('/') + 1);
+  for (std::string_view tail : {"/real_time", "/manual_time"}) {
+    if (name.size() >= tail.size() &&
+        name.substr(name.size() - tail.size()) == tail) {
+      name.remove_suffix(tail.size());
+    }
+  }
+  if (const size_t at = name.find("/iterations:");
+      at != std::string_view::npos) {
+    name = name.substr(0, at);
+  }
+  return std::string(name);
+}
+
 std::string Fixed(double v, int digits) {
   if (std::isnan(v)) return "n/a";
   char buf[48];
@@ -140,24 +157,47 @@ DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run) {
         "benchmarks' (run with --benchmark_enable_random_interleaving=true, "
         "as ./attnkit bench does)";
   }
-  for (const auto& [name, s] : run.benchmarks) {
-    if (!StartsWith(name, "decode/")) continue;
-    DecodeBandwidthRow row;
+  // A row from a benchmark's samples, or false for one that is no bandwidth
+  // benchmark.
+  auto make_row = [&](const std::string& name, const BenchmarkSamples& s,
+                      DecodeBandwidthRow& row) {
     row.benchmark = name;
     row.error = s.error;
-    row.median_gbps = row.pct_peak_start = row.pct_read_bw_same_run = NAN;
+    row.median_gbps = row.pct_peak_start = row.pct_read_bw_same_run =
+        row.pct_read_bw_paired = NAN;
     if (const auto* g = Samples(s, kGbps)) {
       row.repetitions = g->size();
       row.median_gbps = Median(*g);
     } else if (s.error.empty()) {
-      continue;  // not a bandwidth benchmark
+      return false;
     }
     if (const auto* p = Samples(s, "pct_peak")) row.pct_peak_start = Median(*p);
     if (report.read_bw.ok() && !std::isnan(row.median_gbps)) {
       row.pct_read_bw_same_run =
           100.0 * row.median_gbps / report.read_bw->median_gbps;
     }
+    return true;
+  };
+  std::map<std::string, size_t> by_shape;
+  for (const auto& [name, s] : run.benchmarks) {
+    if (!StartsWith(name, "decode/")) continue;
+    DecodeBandwidthRow row;
+    if (!make_row(name, s, row)) continue;
+    by_shape[DecodeShape(name)] = report.rows.size();
     report.rows.push_back(std::move(row));
+  }
+  for (const auto& [name, s] : run.benchmarks) {
+    if (!StartsWith(name, "decode_paired/")) continue;
+    const auto twin = by_shape.find(DecodeShape(name));
+    DecodeBandwidthRow own;
+    if (twin == by_shape.end() && !make_row(name, s, own)) continue;
+    DecodeBandwidthRow& row =
+        twin == by_shape.end() ? own : report.rows[twin->second];
+    if (const auto* p = Samples(s, kPctReadBwPaired)) {
+      row.pct_read_bw_paired = Median(*p);
+      row.paired_repetitions = p->size();
+    }
+    if (twin == by_shape.end()) report.rows.push_back(std::move(own));
   }
   return report;
 }
@@ -198,9 +238,10 @@ std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report) {
   if (report.rows.empty()) return out + "no decode benchmarks in this run\n";
   size_t w = 9;
   for (const auto& r : report.rows) w = std::max(w, r.benchmark.size());
-  std::snprintf(line, sizeof(line), "%-*s %5s %12s %20s %21s\n",
+  std::snprintf(line, sizeof(line), "%-*s %5s %12s %16s %21s %19s\n",
                 static_cast<int>(w), "benchmark", "reps", "median GB/s",
-                "pct_peak(start)", std::string(kPctReadBwSameRun).c_str());
+                "pct_peak(start)", std::string(kPctReadBwSameRun).c_str(),
+                std::string(kPctReadBwPaired).c_str());
   out += line;
   bool above = false;
   for (const auto& r : report.rows) {
@@ -209,17 +250,21 @@ std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report) {
              "failed: " + r.error + "\n";
       continue;
     }
-    std::snprintf(line, sizeof(line), "%-*s %5zu %12s %20s %21s\n",
+    std::snprintf(line, sizeof(line), "%-*s %5zu %12s %16s %21s %19s\n",
                   static_cast<int>(w), r.benchmark.c_str(), r.repetitions,
                   Fixed(r.median_gbps, 2).c_str(),
                   Fixed(r.pct_peak_start, 1).c_str(),
-                  Fixed(r.pct_read_bw_same_run, 1).c_str());
+                  Fixed(r.pct_read_bw_same_run, 1).c_str(),
+                  Fixed(r.pct_read_bw_paired, 1).c_str());
     out += line;
     above = above || r.pct_read_bw_same_run > 100;
   }
   out += "(" + std::string(kPctReadBwSameRun) +
-         " = 100 x median decode GB/s / median read_bw GB/s of this run; "
-         "pct_peak = against the one-off start-of-run calibration)\n";
+         " = 100 x median decode GB/s / median read_bw GB/s of this run; " +
+         std::string(kPctReadBwPaired) +
+         " = median over rounds of decode GB/s / GB/s of the read pass just "
+         "before, from the decode_paired/ twin; pct_peak = against the "
+         "one-off start-of-run calibration)\n";
   if (above) {
     out +=
         "(above 100: that KV cache stayed in the last-level cache between "

@@ -25,8 +25,13 @@
 
 namespace attnkit::bench {
 
-// The figure's name wherever it is shown (summary, dashboard).
+// The figures' names wherever they are shown (summary, dashboard).
 inline constexpr std::string_view kPctReadBwSameRun = "pct_read_bw_same_run";
+// The counter of the decode_paired/ benchmarks (bench/attention_bench.cc):
+// per round, decode GB/s over the GB/s of a read pass run just before it;
+// the median over rounds. Tighter than pct_read_bw_same_run, whose two
+// medians come from different moments of the run.
+inline constexpr std::string_view kPctReadBwPaired = "pct_read_bw_paired";
 inline constexpr std::string_view kReadBwPrefix = "calibration/read_bw/";
 
 // The run's own read-bandwidth benchmark, the ratio's divisor.
@@ -51,7 +56,11 @@ struct DecodeBandwidthRow {
   double median_gbps = 0;     // NaN when the benchmark errored
   double pct_peak_start = 0;  // median pct_peak (start-of-run); NaN if none
   double pct_read_bw_same_run = 0;  // NaN when the run has no divisor
-  std::string error;                // SkipWithError message, if any
+  // Median over repetitions of the decode_paired/ twin's pct_read_bw_paired
+  // (same backend and shape); NaN when the run has none.
+  double pct_read_bw_paired = 0;
+  size_t paired_repetitions = 0;
+  std::string error;  // SkipWithError message, if any
 };
 
 struct DecodeBandwidthReport {
@@ -66,7 +75,9 @@ struct DecodeBandwidthReport {
 };
 
 // Every decode/ benchmark of `run` (not decode_step/) with its median GBps
-// against the same run's read bandwidth.
+// against the same run's read bandwidth, and its decode_paired/ twin's
+// figure. A decode_paired/ benchmark without a decode/ twin in the run
+// (filtered out) gets a row of its own.
 DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run);
 
 // pct_read_bw_same_run of each decode benchmark of `run`; empty when the run
@@ -74,7 +85,7 @@ DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run);
 std::map<std::string, double> PctReadBwSameRun(const RunData& run);
 
 // The text `attnkit bench summary` prints: the divisor (or why there is
-// none), then one line per decode benchmark.
+// none), then one line per decode benchmark with both figures.
 std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report);
 
 }  // namespace attnkit::bench

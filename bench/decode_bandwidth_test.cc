@@ -140,11 +140,13 @@ TEST(DecodeBandwidthTest, FormatNamesBothFiguresAndFailedBenchmarks) {
   EXPECT_NE(text.find("start-of-run calibration (divides pct_peak): 52.00"),
             std::string::npos)
       << text;
-  // The decode line: reps, median GB/s, pct_peak (start), same-run figure.
-  EXPECT_NE(text.find("    5        10.00                 19.2"),
-            std::string::npos)
+  // The decode line: reps, median GB/s, pct_peak (start), same-run figure,
+  // paired figure (none: no decode_paired/ twin in this run).
+  EXPECT_NE(
+      text.find("    5        10.00             19.2                  25.0"
+                "                 n/a\n"),
+      std::string::npos)
       << text;
-  EXPECT_NE(text.find("25.0\n"), std::string::npos) << text;
   const size_t failed = text.find("batch:4/real_time ");
   ASSERT_NE(failed, std::string::npos) << text;
   EXPECT_EQ(text.find("failed: output mismatch\n", failed),
@@ -157,6 +159,51 @@ TEST(DecodeBandwidthTest, FormatNamesBothFiguresAndFailedBenchmarks) {
             std::string::npos);
   EXPECT_NE(FormatDecodeBandwidth(DecodeVsReadBandwidth(run)).find("above 100"),
             std::string::npos);
+}
+
+TEST(DecodeBandwidthTest, PairedFigureJoinsItsTwinOrStandsAlone) {
+  RunData run = DecodeRun(9);
+  testing::AddReadBandwidth(run, 2, kReadBw);
+  // kSyntheticDecode's twin: same backend and shape, attnkit_bench's name
+  // for a fixed-iteration manual-time benchmark.
+  BenchmarkSamples& twin =
+      run.benchmarks
+          ["decode_paired/reference/kv_len:4096/bf16:0/batch:1/"
+           "iterations:32/manual_time"];
+  twin.metrics["GBps"] = {11, 12, 13};
+  twin.metrics[std::string(kPctReadBwPaired)] = {70, 90, 80};
+  // Not twins: another backend, another dtype (alone in the run).
+  const std::string other_backend =
+      "decode_paired/simd/kv_len:4096/bf16:0/batch:1/iterations:32/"
+      "manual_time";
+  run.benchmarks[other_backend].metrics["GBps"] = {20, 30, 40, 50};
+  run.benchmarks[other_backend].metrics[std::string(kPctReadBwPaired)] = {
+      60, 61, 62, 63};
+  const std::string other_dtype =
+      "decode_paired/reference/kv_len:4096/bf16:1/batch:1/iterations:32/"
+      "manual_time";
+  run.benchmarks[other_dtype].error = "output mismatch";
+
+  const DecodeBandwidthReport r = DecodeVsReadBandwidth(run);
+  ASSERT_EQ(r.rows.size(), 3u);
+  // The twin adds its figure to the decode/ row; GB/s stay decode/'s.
+  EXPECT_EQ(r.rows[0].benchmark, kSyntheticDecode);
+  EXPECT_DOUBLE_EQ(r.rows[0].median_gbps, 10);
+  EXPECT_DOUBLE_EQ(r.rows[0].pct_read_bw_same_run, 25);
+  EXPECT_DOUBLE_EQ(r.rows[0].pct_read_bw_paired, 80);
+  EXPECT_EQ(r.rows[0].paired_repetitions, 3u);
+  // Map order: bf16:1 of reference, then simd.
+  EXPECT_EQ(r.rows[1].benchmark, other_dtype);
+  EXPECT_EQ(r.rows[1].error, "output mismatch");
+  EXPECT_TRUE(std::isnan(r.rows[1].pct_read_bw_paired));
+  EXPECT_EQ(r.rows[2].benchmark, other_backend);
+  EXPECT_DOUBLE_EQ(r.rows[2].median_gbps, 35);
+  EXPECT_DOUBLE_EQ(r.rows[2].pct_read_bw_same_run, 87.5);
+  EXPECT_DOUBLE_EQ(r.rows[2].pct_read_bw_paired, 61.5);
+  const std::string text = FormatDecodeBandwidth(r);
+  EXPECT_NE(text.find("25.0                80.0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("87.5                61.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(std::string(kPctReadBwPaired)), std::string::npos);
 }
 
 TEST(DecodeBandwidthTest, WarnsWhenRepetitionsWereNotInterleaved) {
