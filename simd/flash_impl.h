@@ -654,7 +654,9 @@ struct Flash {
 
   // O[r][e0 .. e0 + DV*W) += sum_j P[r][j] V[j][..] for RB rows; V rows at
   // v + j*sj. 4x4 on AVX-512: 16 accumulators, per key 4 V loads + 4 P
-  // broadcasts feed 16 FMAs.
+  // broadcasts feed 16 FMAs. 4x2 on AVX2: 8 accumulators + 2 V + 1 broadcast
+  // of its 16 ymm registers (4x4 kept its accumulators on the stack).
+  static constexpr int kPvCols = W >= 16 ? 4 : 2;
   template <int RB, int DV, typename T>
   static void PvRows(const float* pm, int64_t sp, int64_t nt, const T* v,
                      int64_t sj, float* o, int64_t so, const AheadRows& ahead) {
@@ -678,20 +680,25 @@ struct Flash {
   static void PvRowsDv(int dv, const float* pm, int64_t sp, int64_t nt,
                        const T* v, int64_t sj, float* o, int64_t so,
                        const AheadRows& ahead) {
-    switch (dv) {
-      case 1:
-        return PvRows<RB, 1>(pm, sp, nt, v, sj, o, so, ahead);
-      case 2:
-        return PvRows<RB, 2>(pm, sp, nt, v, sj, o, so, ahead);
-      case 3:
-        return PvRows<RB, 3>(pm, sp, nt, v, sj, o, so, ahead);
-      default:
-        return PvRows<RB, 4>(pm, sp, nt, v, sj, o, so, ahead);
+    if constexpr (kPvCols == 2) {  // dv <= kPvCols
+      if (dv == 1) return PvRows<RB, 1>(pm, sp, nt, v, sj, o, so, ahead);
+      return PvRows<RB, 2>(pm, sp, nt, v, sj, o, so, ahead);
+    } else {
+      switch (dv) {
+        case 1:
+          return PvRows<RB, 1>(pm, sp, nt, v, sj, o, so, ahead);
+        case 2:
+          return PvRows<RB, 2>(pm, sp, nt, v, sj, o, so, ahead);
+        case 3:
+          return PvRows<RB, 3>(pm, sp, nt, v, sj, o, so, ahead);
+        default:
+          return PvRows<RB, 4>(pm, sp, nt, v, sj, o, so, ahead);
+      }
     }
   }
-  // O += P V over a tile of nt keys, in blocks of 4 rows x 4W columns.
+  // O += P V over a tile of nt keys, in blocks of 4 rows x kPvCols vectors.
   //
-  // When a row is wider than 4W (d = 128 on AVX-512), a column block reads
+  // When a row is wider than a block (d = 128 on AVX-512), a column block reads
   // only part of every V row; running each column block over the whole tile
   // would hand the hardware prefetcher a stream that skips lines and comes
   // back for them, which it follows poorly (without arithmetic: two half-row
@@ -708,7 +715,7 @@ struct Flash {
                         const T* vbase, int64_t vs, float* o, int64_t pf_rows) {
     const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
     const int64_t chunk =
-        De <= 4 * W ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
+        De <= kPvCols * W ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
     const int64_t ahead_keys = PrefetchKeys(row_bytes);
     for (int64_t j0 = 0; j0 < nt; j0 += chunk) {
       const int64_t nj = nt - j0 < chunk ? nt - j0 : chunk;
@@ -716,9 +723,9 @@ struct Flash {
       for (int64_t r0 = 0; r0 < R; r0 += 4) {
         const int64_t rb = R - r0 < 4 ? R - r0 : 4;
         const float* pm = sm + r0 * kTileRows + j0;
-        for (int64_t e0 = 0; e0 < De; e0 += 4 * W) {
-          const int dv =
-              static_cast<int>((De - e0) / W < 4 ? (De - e0) / W : 4);
+        for (int64_t e0 = 0; e0 < De; e0 += kPvCols * W) {
+          const int dv = static_cast<int>(
+              (De - e0) / W < kPvCols ? (De - e0) / W : kPvCols);
           float* orow = o + r0 * De + e0;
           AheadRows ahead;
           if (r0 == 0 && j0 + ahead_keys < pf_rows) {
@@ -752,18 +759,18 @@ struct Flash {
   // all rows (a row-at-a-time dot loop loads every K vector RP times, which
   // made QK twice the cost of P.V).
   //
-  // Load order: key by key, each K row's lines in address order, with a
-  // segment of Q (kQkSeg vectors of d per row) held in registers. Walking d
+  // Load order: key by key, each K row's lines in address order. Walking d
   // in the outer loop instead (one vector of each of the KB rows in turn)
   // jumps back and forth across KB rows, and Zen 4's hardware prefetchers
   // then stop streaming K: from DRAM QK^T cost 98 cycles/key that way and 41
   // key by key (bf16 d=128, 4 rows, no software prefetch; 17 in cache).
+  // On AVX-512 a segment of Q (kQkSeg vectors of d per row) sits in the 16
+  // zmm registers the W accumulators and one K vector leave free; on AVX2
+  // the W = 8 accumulators leave too few ymm, so Q is read from L1 at each
+  // FMA (a memory operand) and each K vector still feeds RP of them.
   static constexpr int kQkRowGroup = W < 8 ? W : 8;
-  // Q registers per call: what the W accumulators and one K vector leave of
-  // the register file (32 zmm on AVX-512, 16 ymm on AVX2).
-  static constexpr int kQkQRegs = W >= 16 ? 16 : (W / 2 > 1 ? W / 2 : 1);
   template <int RP>
-  static constexpr int kQkSeg = kQkQRegs / RP > 1 ? kQkQRegs / RP : 1;
+  static constexpr int kQkSeg = 16 / RP > 1 ? 16 / RP : 1;
   // acc[r * KB + kk] += Q[r][e0 + s*W ...] . K[kk][...] for NS vectors s.
   template <int RP, int NS, typename T>
   static void QkSegment(const float* const* qr, const void* const* kp,
@@ -794,8 +801,40 @@ struct Flash {
   static V QkBlock(const float* const* qr, const void* const* kp, int64_t De) {
     V acc[W];
     for (int i = 0; i < W; ++i) acc[i] = X::Zero();
-    int64_t e0 = 0;
-    QkSegments<RP, kQkSeg<RP>, T>(qr, kp, e0, De, acc);
+    if constexpr (W >= 16) {
+      int64_t e0 = 0;
+      QkSegments<RP, kQkSeg<RP>, T>(qr, kp, e0, De, acc);
+    } else {
+      // One key's row at a time: its RP sums would be RP dependent FMA
+      // chains (4-cycle latency, 2 FMAs/cycle: 8 chains needed), so each
+      // sum is split over NA interleaved partial accumulators.
+      constexpr int KB = W / RP;
+      constexpr int NA = 8 / RP > 1 ? 8 / RP : 1;
+      for (int kk = 0; kk < KB; ++kk) {
+        const T* k = static_cast<const T*>(kp[kk]);
+        V part[NA][RP];
+        for (int a = 0; a < NA; ++a)
+          for (int r = 0; r < RP; ++r) part[a][r] = X::Zero();
+        int64_t e = 0;
+        for (; e + NA * W <= De; e += NA * W) {
+          for (int a = 0; a < NA; ++a) {
+            const V kv = X::Load(k + e + a * W);
+            for (int r = 0; r < RP; ++r)
+              part[a][r] = X::Fma(X::Load(qr[r] + e + a * W), kv, part[a][r]);
+          }
+        }
+        for (; e < De; e += W) {
+          const V kv = X::Load(k + e);
+          for (int r = 0; r < RP; ++r)
+            part[0][r] = X::Fma(X::Load(qr[r] + e), kv, part[0][r]);
+        }
+        for (int r = 0; r < RP; ++r) {
+          V sum = part[0][r];
+          for (int a = 1; a < NA; ++a) sum = sum + part[a][r];
+          acc[r * KB + kk] = sum;
+        }
+      }
+    }
     return X::HAddP(acc);
   }
 #if defined(__AVX512BF16__)
