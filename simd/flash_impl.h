@@ -382,7 +382,11 @@ struct Flash {
   static void LanesTile(const BlockJob& job, const Rows& rows, float* ws,
                         const WorkspaceLayout& L, int64_t j0, int64_t nt,
                         bool partial_tile) {
-    constexpr int NB = RV == 4 ? 6 : 8;  // keys / d per micro-kernel call
+    // Keys / d per micro-kernel call: RV x NB accumulators + RV Q (or P)
+    // vectors + 1 broadcast within the register file (32 zmm: 8, 8, 8, 6;
+    // 16 ymm: 8, 6, 4, 2 -- AVX2 with the AVX-512 blocks spilled them).
+    constexpr int kRegs = W >= 16 ? 32 : 16;
+    constexpr int NB = (kRegs - 1 - RV) / RV < 8 ? (kRegs - 1 - RV) / RV : 8;
     const AttentionProblem& p = *job.p;
     const AttentionArgs& a = *job.a;
     const int64_t d = p.head_dim, rp = RV * W;
