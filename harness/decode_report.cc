@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "harness/plugin.h"
 #include "reference/oracle.h"
 #include "runtime/accounting.h"
 #include "runtime/parse.h"
@@ -213,6 +214,9 @@ f64 oracle.
   --layout bhsd|bshd|tv
                      KV cache layout (default bhsd)
   --backend NAME     a registered backend (default reference)
+  --plugin LIB.so    instead of --backend: a kernel loaded through
+                     runtime/attnkit_plugin.h (its append_kv hook, if any,
+                     is the in-place KV update being metered)
   --seed N           (default 1)
   --json FILE        also write the rows as JSON
 )";
@@ -220,7 +224,8 @@ f64 oracle.
 
 StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
   DecodeReportOptions o = DefaultDecodeOptions();
-  bool kv_heads_set = false;
+  bool kv_heads_set = false, backend_set = false;
+  std::string plugin;
   for (int i = 0; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -304,6 +309,10 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
                        "not a registered backend (have: " + known + ")");
       }
       o.config.backend = std::string(value);
+      backend_set = true;
+    } else if (flag == "--plugin") {
+      if (value.empty()) return BadFlag(flag, value, "needs a file name");
+      plugin = std::string(value);
     } else if (flag == "--json") {
       if (value.empty()) return BadFlag(flag, value, "needs a file name");
       o.json_path = std::string(value);
@@ -311,6 +320,21 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
       return Status::InvalidArgument("unknown flag '" + std::string(flag) +
                                      "' (see --help)");
     }
+  }
+  if (!plugin.empty()) {
+    if (backend_set) {
+      return BadFlag("--plugin", plugin,
+                     "give --backend or --plugin, not both (--backend=" +
+                         o.config.backend + ")");
+    }
+    // Loaded once here so a bad library is a flag error; every session then
+    // loads its own instance.
+    auto loaded = LoadPlugin(plugin);
+    if (!loaded.ok()) {
+      return BadFlag("--plugin", plugin, loaded.status().message());
+    }
+    o.config.backend = (*loaded)->name();
+    o.config.make_backend = [plugin] { return LoadPlugin(plugin); };
   }
   if (!kv_heads_set) o.config.kv_heads = o.config.q_heads;
   if (o.config.q_heads % o.config.kv_heads != 0) {

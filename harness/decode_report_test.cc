@@ -51,6 +51,12 @@ TEST(DecodeReportTest, BadFlagsNameTheFlagAndValue) {
       {{"--heads", "8", "--kv-heads", "3"}, "--kv-heads=3"},
       {{"--frobnicate", "1"}, "--frobnicate"},
       {{"--layers"}, "--layers needs a value"},
+      {{"--plugin", "/nonexistent/libx.so"}, "--plugin=/nonexistent/libx.so: "},
+      {{"--plugin="}, "--plugin=: needs a file name"},
+#ifdef ATTNKIT_EXAMPLE_PLUGIN
+      {{"--plugin", ATTNKIT_EXAMPLE_PLUGIN, "--backend", "reference"},
+       "not both (--backend=reference)"},
+#endif
   };
   for (const auto& [args, want] : cases) {
     const auto o = Parse(args);
@@ -124,6 +130,53 @@ TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
   EXPECT_NE(json.find("\"mode\": \"naive_concat\""), std::string::npos);
   EXPECT_NE(json.find("\"mode\": \"in_place\""), std::string::npos);
 }
+
+#if defined(ATTNKIT_EXAMPLE_PLUGIN) && \
+    defined(ATTNKIT_EXAMPLE_PLUGIN_APPEND_POSITION_OFF)
+StatusOr<DecodeReport> RunPlugin(const char* path,
+                                 DecodeReportOptions* options) {
+  auto o = Parse({"--plugin", path, "--layers", "2", "--heads", "4",
+                  "--kv-heads", "2", "--head-dim", "16", "--steps", "3",
+                  "--start-len", "8,40", "--dtype", "bf16"});
+  if (!o.ok()) return o.status();
+  *options = *o;
+  return RunDecodeReport(*o, nullptr);
+}
+
+// A plug-in goes through the same meters and gate as a built-in backend:
+// its append_kv hook is the in-place update being counted.
+TEST(DecodeReportTest, PluginIsMeteredAndGatedLikeABackend) {
+  DecodeReportOptions o;
+  auto report = RunPlugin(ATTNKIT_EXAMPLE_PLUGIN, &o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(o.config.backend, "example");
+  EXPECT_TRUE(report->failures.empty()) << report->failures.front();
+  ASSERT_EQ(report->rows.size(), 4u);
+  for (const DecodeReportRow& r : report->rows) {
+    EXPECT_EQ(r.backend, "example");
+    if (r.mode == DecodeMode::kInPlace) {
+      EXPECT_EQ(r.allocs_per_step, 0);
+      EXPECT_EQ(r.bytes_copied_per_step, r.new_token_bytes);
+    }
+  }
+  EXPECT_NE(FormatDecodeTable(*report, o).find("decode: PASS"),
+            std::string::npos);
+}
+
+TEST(DecodeReportTest, PluginWithAnAppendBugFailsTheGate) {
+  DecodeReportOptions o;
+  auto report = RunPlugin(ATTNKIT_EXAMPLE_PLUGIN_APPEND_POSITION_OFF, &o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(o.config.backend, "example_append_position_off");
+  ASSERT_FALSE(report->failures.empty());
+  EXPECT_NE(report->failures.front().find("in_place: output differs from "
+                                          "naive_concat"),
+            std::string::npos)
+      << report->failures.front();
+  EXPECT_NE(FormatDecodeTable(*report, o).find("decode: FAIL"),
+            std::string::npos);
+}
+#endif
 
 }  // namespace
 }  // namespace attnkit::harness

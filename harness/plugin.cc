@@ -52,11 +52,14 @@ attnkit_plugin_problem ToC(const AttentionProblem& p) {
 
 Status FromC(attnkit_plugin_status s, std::string_view what,
              const std::string& name, const char* error) {
+  // Every decode step passes through here: the OK path must not allocate
+  // (the message is built only for an error).
+  if (s == ATTNKIT_PLUGIN_OK) return Status::Ok();
   std::string msg = "plugin " + name + ": " + std::string(what) + ": " +
                     (error[0] != '\0' ? error : "(no message)");
   switch (s) {
     case ATTNKIT_PLUGIN_OK:
-      return Status::Ok();
+      break;
     case ATTNKIT_PLUGIN_UNSUPPORTED:
       return Status::Unimplemented(std::move(msg));
     case ATTNKIT_PLUGIN_INVALID_ARGUMENT:

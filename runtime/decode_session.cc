@@ -141,7 +141,8 @@ StatusOr<std::unique_ptr<DecodeSession>> DecodeSession::Create(
 
 Status DecodeSession::Init() {
   const DecodeConfig& c = config_;
-  ATTNKIT_ASSIGN_OR_RETURN(backend_, MakeBackend(c.backend));
+  ATTNKIT_ASSIGN_OR_RETURN(
+      backend_, c.make_backend ? c.make_backend() : MakeBackend(c.backend));
 
   problem_.q_heads = c.q_heads;
   problem_.kv_heads = c.kv_heads;

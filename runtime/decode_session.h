@@ -22,6 +22,7 @@
 #define ATTNKIT_RUNTIME_DECODE_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -61,6 +62,9 @@ struct DecodeConfig {
   int64_t steps = 1;     // decode steps the session will run
   int64_t capacity = 0;  // KV capacity per sequence; 0 = longest start + steps
   std::string backend = "reference";  // a registered backend name
+  // When set, builds the backend instead of the registry (a plug-in loaded
+  // from a shared library, say); `backend` is then only its name.
+  std::function<StatusOr<std::unique_ptr<Backend>>()> make_backend;
   uint64_t seed = 1;
 
   // INVALID_ARGUMENT naming the field and value (NOT_FOUND for an unknown
