@@ -213,19 +213,36 @@ f64 oracle.
   --dtype f32|bf16   storage of q, k, v (default f32)
   --layout bhsd|bshd|tv
                      KV cache layout (default bhsd)
-  --backend NAME     a registered backend (default reference)
-  --plugin LIB.so    instead of --backend: a kernel loaded through
-                     runtime/attnkit_plugin.h (its append_kv hook, if any,
-                     is the in-place KV update being metered)
+  --backend A,B|all  registered backends, run in turn (default reference)
+  --plugin LIB.so    a kernel loaded through runtime/attnkit_plugin.h (its
+                     append_kv hook, if any, is the in-place KV update being
+                     metered); repeatable; alone, only the plug-ins run
   --seed N           (default 1)
   --json FILE        also write the rows as JSON
 )";
 }
 
+namespace {
+
+// Appends b to the backends to run; a name given twice is a flag error.
+Status AddBackend(DecodeReportOptions& o, DecodeBackend b,
+                  std::string_view flag, std::string_view value) {
+  for (const DecodeBackend& have : o.backends) {
+    if (have.name == b.name) {
+      return BadFlag(flag, value,
+                     "backend '" + b.name + "' is already in the list");
+    }
+  }
+  o.backends.push_back(std::move(b));
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
   DecodeReportOptions o = DefaultDecodeOptions();
-  bool kv_heads_set = false, backend_set = false;
-  std::string plugin;
+  bool kv_heads_set = false;
+  std::vector<std::string> plugins;
   for (int i = 0; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -302,17 +319,35 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
       o.config.layout = *l;
     } else if (flag == "--backend") {
       const auto names = RegisteredBackendNames();
-      if (std::find(names.begin(), names.end(), value) == names.end()) {
-        std::string known;
-        for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-        return BadFlag(flag, value,
-                       "not a registered backend (have: " + known + ")");
+      std::vector<std::string> chosen;
+      if (value == "all") {
+        chosen = names;
+      } else {
+        std::string_view rest = value;
+        while (true) {
+          const size_t comma = rest.find(',');
+          const std::string name(rest.substr(0, comma));
+          if (std::find(names.begin(), names.end(), name) == names.end()) {
+            std::string known;
+            for (const auto& n : names) {
+              known += (known.empty() ? "" : ", ") + n;
+            }
+            return BadFlag(flag, value,
+                           "'" + name +
+                               "' is not a registered backend (have: " + known +
+                               ", or all)");
+          }
+          chosen.push_back(name);
+          if (comma == std::string_view::npos) break;
+          rest = rest.substr(comma + 1);
+        }
       }
-      o.config.backend = std::string(value);
-      backend_set = true;
+      for (const std::string& name : chosen) {
+        ATTNKIT_RETURN_IF_ERROR(AddBackend(o, {name, nullptr}, flag, value));
+      }
     } else if (flag == "--plugin") {
       if (value.empty()) return BadFlag(flag, value, "needs a file name");
-      plugin = std::string(value);
+      plugins.emplace_back(value);
     } else if (flag == "--json") {
       if (value.empty()) return BadFlag(flag, value, "needs a file name");
       o.json_path = std::string(value);
@@ -321,20 +356,21 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
                                      "' (see --help)");
     }
   }
-  if (!plugin.empty()) {
-    if (backend_set) {
-      return BadFlag("--plugin", plugin,
-                     "give --backend or --plugin, not both (--backend=" +
-                         o.config.backend + ")");
-    }
+  for (const std::string& path : plugins) {
     // Loaded once here so a bad library is a flag error; every session then
     // loads its own instance.
-    auto loaded = LoadPlugin(plugin);
+    auto loaded = LoadPlugin(path);
     if (!loaded.ok()) {
-      return BadFlag("--plugin", plugin, loaded.status().message());
+      return BadFlag("--plugin", path, loaded.status().message());
     }
-    o.config.backend = (*loaded)->name();
-    o.config.make_backend = [plugin] { return LoadPlugin(plugin); };
+    ATTNKIT_RETURN_IF_ERROR(AddBackend(
+        o,
+        {std::string((*loaded)->name()), [path] { return LoadPlugin(path); }},
+        "--plugin", path));
+  }
+  if (!o.backends.empty()) {
+    o.config.backend = o.backends.front().name;
+    o.config.make_backend = o.backends.front().make;
   }
   if (!kv_heads_set) o.config.kv_heads = o.config.q_heads;
   if (o.config.q_heads % o.config.kv_heads != 0) {
@@ -354,82 +390,95 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
         "allocation hooks are not linked into this binary: allocations "
         "cannot be verified (link attnkit_alloc_hooks)");
   }
-  for (const int64_t len : options.start_lens) {
-    DecodeConfig c = options.config;
-    c.start_len = len;
-    c.start_lens.clear();
-    const std::string where = "kv_len=" + std::to_string(len) +
-                              " dtype=" + std::string(DTypeName(c.dtype)) +
-                              " layout=" + std::string(KvLayoutName(c.layout)) +
-                              " backend=" + c.backend;
-    std::vector<float> naive_out;
-    for (DecodeMode mode : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
-      if (log != nullptr) {
-        std::fprintf(log, "decode: %s %s ...\n", where.c_str(),
-                     std::string(DecodeModeName(mode)).c_str());
-        std::fflush(log);
-      }
-      ATTNKIT_ASSIGN_OR_RETURN(auto session, DecodeSession::Create(c, mode));
-      ATTNKIT_RETURN_IF_ERROR(session->Run());
-      report.rows.push_back(Summarize(*session, len));
-      if (mode == DecodeMode::kNaiveConcat) {
-        naive_out = AllOutputs(*session);
-        continue;
-      }
-      // The in-place guarantees, step by step.
-      const std::string name =
-          where + " " + std::string(DecodeModeName(mode)) + ": ";
-      const auto rec = session->records();
-      for (size_t s = 0; s < rec.size(); ++s) {
-        if (s > 0 && counting && rec[s].allocs != 0) {
+  std::vector<DecodeBackend> backends = options.backends;
+  if (backends.empty()) {
+    backends.push_back({options.config.backend, options.config.make_backend});
+  }
+  for (const DecodeBackend& backend : backends) {
+    for (const int64_t len : options.start_lens) {
+      DecodeConfig c = options.config;
+      c.backend = backend.name;
+      c.make_backend = backend.make;
+      c.start_len = len;
+      c.start_lens.clear();
+      const std::string where =
+          "kv_len=" + std::to_string(len) +
+          " dtype=" + std::string(DTypeName(c.dtype)) +
+          " layout=" + std::string(KvLayoutName(c.layout)) +
+          " backend=" + c.backend;
+      std::vector<float> naive_out;
+      for (DecodeMode mode : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
+        if (log != nullptr) {
+          std::fprintf(log, "decode: %s %s ...\n", where.c_str(),
+                       std::string(DecodeModeName(mode)).c_str());
+          std::fflush(log);
+        }
+        ATTNKIT_ASSIGN_OR_RETURN(auto session, DecodeSession::Create(c, mode));
+        ATTNKIT_RETURN_IF_ERROR(session->Run());
+        report.rows.push_back(Summarize(*session, len));
+        if (mode == DecodeMode::kNaiveConcat) {
+          naive_out = AllOutputs(*session);
+          continue;
+        }
+        // The in-place guarantees, step by step.
+        const std::string name =
+            where + " " + std::string(DecodeModeName(mode)) + ": ";
+        const auto rec = session->records();
+        for (size_t s = 0; s < rec.size(); ++s) {
+          if (s > 0 && counting && rec[s].allocs != 0) {
+            report.failures.push_back(
+                name + "step " + std::to_string(s) + " made " +
+                std::to_string(rec[s].allocs) + " allocation(s) of " +
+                std::to_string(rec[s].bytes_allocated) + " bytes, " +
+                std::to_string(rec[s].append_allocs) +
+                " in the KV update, the rest in attention "
+                "(expected 0 after the first step; a "
+                "backend sizes its workspaces in "
+                "Backend::ReserveWorkspace)");
+            break;
+          }
+        }
+        for (size_t s = 0; s < rec.size(); ++s) {
+          if (rec[s].bytes_copied != c.NewTokenBytes()) {
+            report.failures.push_back(
+                name + "step " + std::to_string(s) + " copied " +
+                std::to_string(rec[s].bytes_copied) + " bytes, expected " +
+                "new_token_bytes=" + std::to_string(c.NewTokenBytes()));
+            break;
+          }
+        }
+        const std::vector<float> out = AllOutputs(*session);
+        const double tol =
+            2 * OutputTolerance(c.backend, c.head_dim,
+                                len + c.steps);  // two evaluations
+        double worst = 0;
+        size_t worst_at = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+          const double d =
+              std::fabs(static_cast<double>(out[i]) - naive_out[i]);
+          if (!(d <= worst)) {  // NaN counts as worst
+            worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+            worst_at = i;
+          }
+        }
+        if (out.size() != naive_out.size() || !(worst <= tol)) {
+          const size_t per_step =
+              static_cast<size_t>(c.layers * c.batch * c.q_heads * c.head_dim);
           report.failures.push_back(
-              name + "step " + std::to_string(s) + " made " +
-              std::to_string(rec[s].allocs) + " allocation(s) of " +
-              std::to_string(rec[s].bytes_allocated) + " bytes, " +
-              std::to_string(rec[s].append_allocs) +
-              " in the KV update, the rest in attention "
-              "(expected 0 after the first step; a "
-              "backend sizes its workspaces in "
-              "Backend::ReserveWorkspace)");
-          break;
+              name + "output differs from naive_concat by " +
+              std::to_string(worst) + " > tolerance " + std::to_string(tol) +
+              " at step " + std::to_string(worst_at / per_step));
         }
-      }
-      for (size_t s = 0; s < rec.size(); ++s) {
-        if (rec[s].bytes_copied != c.NewTokenBytes()) {
+        ATTNKIT_ASSIGN_OR_RETURN(const double oracle_err,
+                                 OracleError(*session));
+        const double otol =
+            OutputTolerance(c.backend, c.head_dim, len + c.steps);
+        if (!(oracle_err <= otol)) {
           report.failures.push_back(
-              name + "step " + std::to_string(s) + " copied " +
-              std::to_string(rec[s].bytes_copied) + " bytes, expected " +
-              "new_token_bytes=" + std::to_string(c.NewTokenBytes()));
-          break;
+              name + "last step differs from the f64 oracle by " +
+              std::to_string(oracle_err) + " > tolerance " +
+              std::to_string(otol));
         }
-      }
-      const std::vector<float> out = AllOutputs(*session);
-      const double tol = 2 * OutputTolerance(c.backend, c.head_dim,
-                                             len + c.steps);  // two evaluations
-      double worst = 0;
-      size_t worst_at = 0;
-      for (size_t i = 0; i < out.size(); ++i) {
-        const double d = std::fabs(static_cast<double>(out[i]) - naive_out[i]);
-        if (!(d <= worst)) {  // NaN counts as worst
-          worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
-          worst_at = i;
-        }
-      }
-      if (out.size() != naive_out.size() || !(worst <= tol)) {
-        const size_t per_step =
-            static_cast<size_t>(c.layers * c.batch * c.q_heads * c.head_dim);
-        report.failures.push_back(
-            name + "output differs from naive_concat by " +
-            std::to_string(worst) + " > tolerance " + std::to_string(tol) +
-            " at step " + std::to_string(worst_at / per_step));
-      }
-      ATTNKIT_ASSIGN_OR_RETURN(const double oracle_err, OracleError(*session));
-      const double otol = OutputTolerance(c.backend, c.head_dim, len + c.steps);
-      if (!(oracle_err <= otol)) {
-        report.failures.push_back(name +
-                                  "last step differs from the f64 oracle by " +
-                                  std::to_string(oracle_err) + " > tolerance " +
-                                  std::to_string(otol));
       }
     }
   }
@@ -441,40 +490,51 @@ std::string FormatDecodeTable(const DecodeReport& report,
   const DecodeConfig& c = options.config;
   std::ostringstream os;
   char line[512];
-  std::snprintf(
-      line, sizeof(line),
-      "decode: backend=%s layers=%lld batch=%lld heads=%lld "
-      "kv_heads=%lld head_dim=%lld dtype=%s layout=%s steps=%lld\n",
-      c.backend.c_str(), static_cast<long long>(c.layers),
-      static_cast<long long>(c.batch), static_cast<long long>(c.q_heads),
-      static_cast<long long>(c.kv_heads), static_cast<long long>(c.head_dim),
-      std::string(DTypeName(c.dtype)).c_str(),
-      std::string(KvLayoutName(c.layout)).c_str(),
-      static_cast<long long>(c.steps));
-  os << line;
-  os << "per step, over steps 2.." << c.steps
-     << " (counts: mean, times: median); peak: most heap bytes the session "
-        "held (cache, inputs, transients)\n";
-  std::snprintf(line, sizeof(line),
-                "%8s %-12s %11s %11s %11s %11s %11s %11s %11s\n", "kv_len",
-                "mode", "allocs", "allocated", "copied", "append_us", "attn_us",
-                "step_us", "peak");
-  os << line;
+  // One block per backend, in the order they ran.
+  std::vector<std::string> order;
   for (const DecodeReportRow& r : report.rows) {
-    std::snprintf(line, sizeof(line),
-                  "%8lld %-12s %11.1f %11s %11s %11.1f %11.1f %11.1f %11s\n",
-                  static_cast<long long>(r.kv_len),
-                  std::string(DecodeModeName(r.mode)).c_str(),
-                  r.allocs_per_step,
-                  HumanBytes(r.bytes_allocated_per_step).c_str(),
-                  HumanBytes(r.bytes_copied_per_step).c_str(), r.append_us,
-                  r.attention_us, r.step_us,
-                  HumanBytes(static_cast<double>(r.peak_bytes)).c_str());
+    if (std::find(order.begin(), order.end(), r.backend) == order.end()) {
+      order.push_back(r.backend);
+    }
+  }
+  if (order.empty()) order.push_back(c.backend);
+  for (const std::string& backend : order) {
+    std::snprintf(
+        line, sizeof(line),
+        "decode: backend=%s layers=%lld batch=%lld heads=%lld "
+        "kv_heads=%lld head_dim=%lld dtype=%s layout=%s steps=%lld\n",
+        backend.c_str(), static_cast<long long>(c.layers),
+        static_cast<long long>(c.batch), static_cast<long long>(c.q_heads),
+        static_cast<long long>(c.kv_heads), static_cast<long long>(c.head_dim),
+        std::string(DTypeName(c.dtype)).c_str(),
+        std::string(KvLayoutName(c.layout)).c_str(),
+        static_cast<long long>(c.steps));
     os << line;
-    if (r.mode == DecodeMode::kInPlace) {
+    os << "per step, over steps 2.." << c.steps
+       << " (counts: mean, times: median); peak: most heap bytes the session "
+          "held (cache, inputs, transients)\n";
+    std::snprintf(line, sizeof(line),
+                  "%8s %-12s %11s %11s %11s %11s %11s %11s %11s\n", "kv_len",
+                  "mode", "allocs", "allocated", "copied", "append_us",
+                  "attn_us", "step_us", "peak");
+    os << line;
+    for (const DecodeReportRow& r : report.rows) {
+      if (r.backend != backend) continue;
+      std::snprintf(line, sizeof(line),
+                    "%8lld %-12s %11.1f %11s %11s %11.1f %11.1f %11.1f %11s\n",
+                    static_cast<long long>(r.kv_len),
+                    std::string(DecodeModeName(r.mode)).c_str(),
+                    r.allocs_per_step,
+                    HumanBytes(r.bytes_allocated_per_step).c_str(),
+                    HumanBytes(r.bytes_copied_per_step).c_str(), r.append_us,
+                    r.attention_us, r.step_us,
+                    HumanBytes(static_cast<double>(r.peak_bytes)).c_str());
+      os << line;
+      if (r.mode != DecodeMode::kInPlace) continue;
       // The ratio line for this kv_len: naive over in place.
       for (const DecodeReportRow& n : report.rows) {
-        if (n.mode != DecodeMode::kNaiveConcat || n.kv_len != r.kv_len) {
+        if (n.mode != DecodeMode::kNaiveConcat || n.kv_len != r.kv_len ||
+            n.backend != backend) {
           continue;
         }
         std::snprintf(
@@ -507,9 +567,15 @@ std::string FormatDecodeTable(const DecodeReport& report,
 std::string DecodeReportJson(const DecodeReport& report,
                              const DecodeReportOptions& options) {
   const DecodeConfig& c = options.config;
+  // Several backends: their names joined by commas (each row names its own).
+  std::string backends;
+  for (const DecodeBackend& b : options.backends) {
+    backends += (backends.empty() ? "" : ",") + b.name;
+  }
+  if (backends.empty()) backends = c.backend;
   std::ostringstream os;
   os << "{\n  \"schema\": \"attnkit.decode.v1\",\n  \"config\": {"
-     << "\"backend\": " << JsonString(c.backend) << ", \"layers\": " << c.layers
+     << "\"backend\": " << JsonString(backends) << ", \"layers\": " << c.layers
      << ", \"batch\": " << c.batch << ", \"heads\": " << c.q_heads
      << ", \"kv_heads\": " << c.kv_heads << ", \"head_dim\": " << c.head_dim
      << ", \"dtype\": " << JsonString(DTypeName(c.dtype))

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,10 +20,21 @@
 
 namespace attnkit::harness {
 
+// A backend the report runs: make null builds `name` from the registry,
+// else make builds it (a plug-in).
+struct DecodeBackend {
+  std::string name;
+  std::function<StatusOr<std::unique_ptr<Backend>>()> make;
+};
+
 struct DecodeReportOptions {
   // layers, batch, heads, dtype, layout, steps, backend, seed; start_len is
   // set per row from start_lens.
   DecodeConfig config;
+  // Run in turn, each over every start length (--backend a,b|all,
+  // --plugin); empty: config.backend / config.make_backend alone. The
+  // parser also sets config's backend to the first.
+  std::vector<DecodeBackend> backends;
   std::vector<int64_t> start_lens{1024, 4096, 16384};
   std::string json_path;  // empty: no JSON
   bool help = false;

@@ -53,9 +53,12 @@ TEST(DecodeReportTest, BadFlagsNameTheFlagAndValue) {
       {{"--layers"}, "--layers needs a value"},
       {{"--plugin", "/nonexistent/libx.so"}, "--plugin=/nonexistent/libx.so: "},
       {{"--plugin="}, "--plugin=: needs a file name"},
+      {{"--backend", "reference,nope"}, "'nope' is not a registered backend"},
+      {{"--backend", "reference,reference"},
+       "backend 'reference' is already in the list"},
 #ifdef ATTNKIT_EXAMPLE_PLUGIN
-      {{"--plugin", ATTNKIT_EXAMPLE_PLUGIN, "--backend", "reference"},
-       "not both (--backend=reference)"},
+      {{"--plugin", ATTNKIT_EXAMPLE_PLUGIN, "--plugin", ATTNKIT_EXAMPLE_PLUGIN},
+       "backend 'example' is already in the list"},
 #endif
   };
   for (const auto& [args, want] : cases) {
@@ -141,6 +144,36 @@ StatusOr<DecodeReport> RunPlugin(const char* path,
   if (!o.ok()) return o.status();
   *options = *o;
   return RunDecodeReport(*o, nullptr);
+}
+
+TEST(DecodeReportTest, SeveralBackendsRunInTurnEachInItsOwnBlock) {
+  auto o = Parse({"--backend", "all", "--plugin", ATTNKIT_EXAMPLE_PLUGIN,
+                  "--layers", "1", "--heads", "4", "--kv-heads", "2",
+                  "--head-dim", "16", "--steps", "2", "--start-len", "8"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  std::vector<std::string> want = RegisteredBackendNames();
+  want.push_back("example");
+  std::vector<std::string> names;
+  for (const DecodeBackend& b : o->backends) names.push_back(b.name);
+  EXPECT_EQ(names, want);
+  auto report = RunDecodeReport(*o, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->failures.empty()) << report->failures.front();
+  ASSERT_EQ(report->rows.size(), 2 * want.size());
+  const std::string table = FormatDecodeTable(*report, *o);
+  size_t at = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    // Each backend's block names it, and holds its two rows.
+    EXPECT_EQ(report->rows[2 * i].backend, want[i]);
+    EXPECT_EQ(report->rows[2 * i + 1].backend, want[i]);
+    at = table.find("decode: backend=" + want[i] + " ", at);
+    ASSERT_NE(at, std::string::npos) << want[i] << "\n" << table;
+  }
+  std::string joined;
+  for (const std::string& n : want) joined += (joined.empty() ? "" : ",") + n;
+  EXPECT_NE(DecodeReportJson(*report, *o)
+                .find("\"backend\": \"" + joined + "\", \"layers\""),
+            std::string::npos);
 }
 
 // A plug-in goes through the same meters and gate as a built-in backend:
