@@ -33,9 +33,11 @@ WorkspaceLayout ComputeLayout(int64_t head_dim) {
     return off;
   };
   L.q = take(rows * dp);
-  L.s = take(static_cast<size_t>(kTileLanes) * rows > 16 * kTileRows
-                 ? static_cast<size_t>(kTileLanes) * rows
-                 : static_cast<size_t>(16 * kTileRows));
+  // S^T of the lanes path [kTileLanes][rows], or S of the rows path
+  // [rows][kTileRows] (up to kMaxRows rows when a job spans kv heads).
+  L.s = take(
+      static_cast<size_t>(kTileLanes > kTileRows ? kTileLanes : kTileRows) *
+      rows);
   L.o = take(dp * rows);
   L.kw = take(static_cast<size_t>(kTileLanes) * dp);
   L.vw = take(static_cast<size_t>(kTileRows) * dp);

@@ -592,29 +592,36 @@ struct Flash {
     Rows rows;
     const int64_t G = p.group_size();
     int64_t blo = job.kv_end, bhi = job.kv_begin;
-    for (int64_t ii = 0; ii < job.qn; ++ii) {
-      for (int64_t gg = 0; gg < job.gn; ++gg) {
-        const int64_t r = rows.n++;
-        rows.h[r] = job.kvh * G + job.g0 + gg;
-        rows.i[r] = job.i0 + ii;
-        const KeyRange kr = VisibleKeys(p, job.b, rows.i[r]);
-        rows.lo[r] = kr.begin > job.kv_begin ? kr.begin : job.kv_begin;
-        rows.hi[r] = kr.end < job.kv_end ? kr.end : job.kv_end;
-        if (rows.lo[r] < rows.hi[r]) {
-          blo = rows.lo[r] < blo ? rows.lo[r] : blo;
-          bhi = rows.hi[r] > bhi ? rows.hi[r] : bhi;
-        }
-        rows.bias[r] = nullptr;
-        if (p.mask == MaskKind::kBias) {
-          // Not Offset(): the key extent may be 0 (every kv_len 0).
-          const int64_t hb = a.bias.shape[1] == 1 ? 0 : rows.h[r];
-          rows.bias[r] = a.bias.As<float>() + job.b * a.bias.strides[0] +
-                         hb * a.bias.strides[1] + rows.i[r] * a.bias.strides[2];
+    // Row r = (kv head k, query ii, head gg), k outermost: RunRowsPath takes
+    // each kv head's rows as one contiguous block.
+    for (int64_t k = 0; k < job.nkv; ++k) {
+      for (int64_t ii = 0; ii < job.qn; ++ii) {
+        for (int64_t gg = 0; gg < job.gn; ++gg) {
+          const int64_t r = rows.n++;
+          rows.h[r] = (job.kvh + k) * G + job.g0 + gg;
+          rows.i[r] = job.i0 + ii;
+          const KeyRange kr = VisibleKeys(p, job.b, rows.i[r]);
+          rows.lo[r] = kr.begin > job.kv_begin ? kr.begin : job.kv_begin;
+          rows.hi[r] = kr.end < job.kv_end ? kr.end : job.kv_end;
+          if (rows.lo[r] < rows.hi[r]) {
+            blo = rows.lo[r] < blo ? rows.lo[r] : blo;
+            bhi = rows.hi[r] > bhi ? rows.hi[r] : bhi;
+          }
+          rows.bias[r] = nullptr;
+          if (p.mask == MaskKind::kBias) {
+            // Not Offset(): the key extent may be 0 (every kv_len 0).
+            const int64_t hb = a.bias.shape[1] == 1 ? 0 : rows.h[r];
+            rows.bias[r] = a.bias.As<float>() + job.b * a.bias.strides[0] +
+                           hb * a.bias.strides[1] +
+                           rows.i[r] * a.bias.strides[2];
+          }
         }
       }
     }
     assert(rows.n <= kMaxRows);
-    if (rows.n >= W) {
+    // The lanes path takes one kv head's rows (nkv > 1 only for few rows).
+    if (job.qn * job.gn >= W) {
+      assert(job.nkv == 1);
       switch ((rows.n + W - 1) / W) {
         case 1:
           return RunLanes<1>(job, rows, ws, L, blo, bhi);
@@ -918,6 +925,7 @@ struct Flash {
     const AttentionProblem& p = *job.p;
     const AttentionArgs& a = *job.a;
     const int64_t d = p.head_dim, R = rows.n;
+    const int64_t Rh = R / job.nkv;  // rows per kv head (RunBlock's order)
     const int64_t De = (d + W - 1) / W * W;  // f32 row length, zero padded
     const bool bf16 = p.dtype == DType::kBF16;
     const bool tv = p.layout == KvLayout::kTransposedV;
@@ -964,60 +972,65 @@ struct Flash {
 
       // ---- S = Q K^T, W keys at a time, reduced by haddp. Keys past the
       // tile point at a zero row (masked below), so the loop is uniform.
-      for (int64_t jb = 0; jb < ntp; jb += W) {
-        const void* kp[W];
-        for (int kk = 0; kk < W; ++kk) {
-          const int64_t j = jb + kk;
-          if (j >= nt) {
-            kp[kk] = zero;
-          } else if (dot || k_direct) {
-            kp[kk] = kdata + a.k.Offset(job.b, job.kvh, j0 + j, 0) * esize;
-          } else {
-            float* kw = ws + L.kw + kk * De;
-            LoadRow(a.k, a.k.Offset(job.b, job.kvh, j0 + j, 0), 1, d, kw);
-            ZeroFloats(kw + d, De - d);
-            kp[kk] = kw;
+      // Per kv head of the job (several only for BSHD decode: their rows
+      // at one key are adjacent in memory, see simd_backend.cc).
+      for (int64_t hk = 0; hk < job.nkv; ++hk) {
+        const int64_t kvh = job.kvh + hk, s0 = hk * Rh;
+        for (int64_t jb = 0; jb < ntp; jb += W) {
+          const void* kp[W];
+          for (int kk = 0; kk < W; ++kk) {
+            const int64_t j = jb + kk;
+            if (j >= nt) {
+              kp[kk] = zero;
+            } else if (dot || k_direct) {
+              kp[kk] = kdata + a.k.Offset(job.b, kvh, j0 + j, 0) * esize;
+            } else {
+              float* kw = ws + L.kw + kk * De;
+              LoadRow(a.k, a.k.Offset(job.b, kvh, j0 + j, 0), 1, d, kw);
+              ZeroFloats(kw + d, De - d);
+              kp[kk] = kw;
+            }
           }
-        }
-        // K rows ahead_keys ahead of the W dotted now, fetched by the first
-        // row group's dot loop (see kernel.h).
-        AheadRows k_ahead;
-        const int64_t jk = j0 + jb + ahead_keys;
-        if (jk < bhi) {
-          k_ahead.base = kdata + a.k.Offset(job.b, job.kvh, jk, 0) * esize;
-          k_ahead.stride = a.k.strides[2] * esize;
-          k_ahead.n = bhi - jk;
-          k_ahead.bytes = d * esize;
-        }
-        if (tv && j0 + kTileRows < bhi) {
-          // V^T rows are d rows along the keys: a slice of them over the
-          // next tile's keys per W keys of this tile.
-          const int64_t per = (d * W + ntp - 1) / ntp;
-          const int64_t e0 = jb / W * per;
-          const int64_t ne = d - e0 < per ? d - e0 : per;
-          const int64_t nk = bhi - (j0 + kTileRows) < kTileRows
-                                 ? bhi - (j0 + kTileRows)
-                                 : kTileRows;
-          if (ne > 0)
-            AheadRows{
-                vdata + a.v.Offset(job.b, job.kvh, j0 + kTileRows, e0) * esize,
-                a.v.strides[3] * esize, ne, nk * esize}
-                .FetchAll();
-        }
-        for (int64_t r0 = 0; r0 < R; r0 += kQkRowGroup) {
-          const int rn =
-              static_cast<int>(R - r0 < kQkRowGroup ? R - r0 : kQkRowGroup);
-          float* srow = sm + r0 * kTileRows + jb;
-          const AheadRows& ahead = r0 == 0 ? k_ahead : AheadRows{};
-          if (rn == 1) {
-            QkGroup<1>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
-          } else if (rn == 2) {
-            QkGroup<2>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
-          } else if (rn <= 4) {
-            QkGroup<4>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
-          } else {
-            QkGroup<kQkRowGroup>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow,
-                                 ahead);
+          // K rows ahead_keys ahead of the W dotted now, fetched by the first
+          // row group's dot loop (see kernel.h).
+          AheadRows k_ahead;
+          const int64_t jk = j0 + jb + ahead_keys;
+          if (jk < bhi) {
+            k_ahead.base = kdata + a.k.Offset(job.b, kvh, jk, 0) * esize;
+            k_ahead.stride = a.k.strides[2] * esize;
+            k_ahead.n = bhi - jk;
+            k_ahead.bytes = d * esize;
+          }
+          if (tv && j0 + kTileRows < bhi) {
+            // V^T rows are d rows along the keys: a slice of them over the
+            // next tile's keys per W keys of this tile.
+            const int64_t per = (d * W + ntp - 1) / ntp;
+            const int64_t e0 = jb / W * per;
+            const int64_t ne = d - e0 < per ? d - e0 : per;
+            const int64_t nk = bhi - (j0 + kTileRows) < kTileRows
+                                   ? bhi - (j0 + kTileRows)
+                                   : kTileRows;
+            if (ne > 0)
+              AheadRows{
+                  vdata + a.v.Offset(job.b, kvh, j0 + kTileRows, e0) * esize,
+                  a.v.strides[3] * esize, ne, nk * esize}
+                  .FetchAll();
+          }
+          for (int64_t r0 = s0; r0 < s0 + Rh; r0 += kQkRowGroup) {
+            const int rn = static_cast<int>(
+                s0 + Rh - r0 < kQkRowGroup ? s0 + Rh - r0 : kQkRowGroup);
+            float* srow = sm + r0 * kTileRows + jb;
+            const AheadRows& ahead = r0 == s0 ? k_ahead : AheadRows{};
+            if (rn == 1) {
+              QkGroup<1>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
+            } else if (rn == 2) {
+              QkGroup<2>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
+            } else if (rn <= 4) {
+              QkGroup<4>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
+            } else {
+              QkGroup<kQkRowGroup>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow,
+                                   ahead);
+            }
           }
         }
       }
@@ -1067,69 +1080,74 @@ struct Flash {
         m[r] = m_new;
       }
 
-      // ---- O += P V
-      if (tv) {
-        // V^T rows (one per e) along the keys; dot with P rows, W of e at a
-        // time, reduced by haddp. A full f32 tile is read in place; a tail
-        // or bf16 tile is widened into zero-padded rows.
-        const bool direct = !bf16 && nt == ntp;
-        const float* vbase = nullptr;
-        int64_t vs = kTileRows;
-        if (direct) {
-          vbase = a.v.As<float>() + a.v.Offset(job.b, job.kvh, j0, 0);
-          vs = a.v.strides[3];
-        } else {
-          float* vw = ws + L.vw;
-          for (int64_t e = 0; e < d; ++e) {
-            LoadRow(a.v, a.v.Offset(job.b, job.kvh, j0, e), 1, nt,
-                    vw + e * kTileRows);
-            ZeroFloats(vw + e * kTileRows + nt, ntp - nt);
-          }
-          vbase = vw;
-        }
-        for (int64_t r = 0; r < R; ++r) {
-          const float* pr = sm + r * kTileRows;
-          for (int64_t e0 = 0; e0 < De; e0 += W) {
-            const float* vp[W];
-            for (int k = 0; k < W; ++k)
-              vp[k] = e0 + k < d ? vbase + (e0 + k) * vs : zero;
-            V acc[W];
-            for (int k = 0; k < W; ++k) acc[k] = X::Zero();
-            for (int64_t j = 0; j < ntp; j += W) {
-              const V pv = X::Load(pr + j);
-              for (int k = 0; k < W; ++k)
-                acc[k] = X::Fma(pv, X::Load(vp[k] + j), acc[k]);
+      // ---- O += P V, per kv head of the job
+      for (int64_t hk = 0; hk < job.nkv; ++hk) {
+        const int64_t kvh = job.kvh + hk, s0 = hk * Rh;
+        if (tv) {
+          // V^T rows (one per e) along the keys; dot with P rows, W of e at a
+          // time, reduced by haddp. A full f32 tile is read in place; a tail
+          // or bf16 tile is widened into zero-padded rows.
+          const bool direct = !bf16 && nt == ntp;
+          const float* vbase = nullptr;
+          int64_t vs = kTileRows;
+          if (direct) {
+            vbase = a.v.As<float>() + a.v.Offset(job.b, kvh, j0, 0);
+            vs = a.v.strides[3];
+          } else {
+            float* vw = ws + L.vw;
+            for (int64_t e = 0; e < d; ++e) {
+              LoadRow(a.v, a.v.Offset(job.b, kvh, j0, e), 1, nt,
+                      vw + e * kTileRows);
+              ZeroFloats(vw + e * kTileRows + nt, ntp - nt);
             }
-            X::Store(o + r * De + e0, X::Load(o + r * De + e0) + X::HAddP(acc));
+            vbase = vw;
           }
+          for (int64_t r = s0; r < s0 + Rh; ++r) {
+            const float* pr = sm + r * kTileRows;
+            for (int64_t e0 = 0; e0 < De; e0 += W) {
+              const float* vp[W];
+              for (int k = 0; k < W; ++k)
+                vp[k] = e0 + k < d ? vbase + (e0 + k) * vs : zero;
+              V acc[W];
+              for (int k = 0; k < W; ++k) acc[k] = X::Zero();
+              for (int64_t j = 0; j < ntp; j += W) {
+                const V pv = X::Load(pr + j);
+                for (int k = 0; k < W; ++k)
+                  acc[k] = X::Fma(pv, X::Load(vp[k] + j), acc[k]);
+              }
+              X::Store(o + r * De + e0,
+                       X::Load(o + r * De + e0) + X::HAddP(acc));
+            }
+          }
+        } else if (v_direct) {
+          // V rows read in place (bf16 widened in registers).
+          const int64_t off = a.v.Offset(job.b, kvh, j0, 0);
+          if (bf16) {
+            PvRowsAll(Rh, De, sm + s0 * kTileRows, nt,
+                      static_cast<const uint16_t*>(a.v.data) + off,
+                      a.v.strides[2], o + s0 * De, bhi - j0);
+          } else {
+            PvRowsAll(Rh, De, sm + s0 * kTileRows, nt, a.v.As<float>() + off,
+                      a.v.strides[2], o + s0 * De, bhi - j0);
+          }
+        } else {  // d not a multiple of W: zero-padded f32 copy
+          float* vw = ws + L.vw;
+          AheadRows v_ahead;
+          if (j0 + ahead_keys < bhi) {
+            v_ahead.base =
+                vdata + a.v.Offset(job.b, kvh, j0 + ahead_keys, 0) * esize;
+            v_ahead.stride = a.v.strides[2] * esize;
+            v_ahead.n = bhi - (j0 + ahead_keys);
+            v_ahead.bytes = d * esize;
+          }
+          for (int64_t j = 0; j < nt; ++j) {
+            v_ahead.Fetch(j);
+            LoadRow(a.v, a.v.Offset(job.b, kvh, j0 + j, 0), 1, d, vw + j * De);
+            ZeroFloats(vw + j * De + d, De - d);
+          }
+          PvRowsAll(Rh, De, sm + s0 * kTileRows, nt,
+                    static_cast<const float*>(vw), De, o + s0 * De, 0);
         }
-      } else if (v_direct) {
-        // V rows read in place (bf16 widened in registers).
-        const int64_t off = a.v.Offset(job.b, job.kvh, j0, 0);
-        if (bf16) {
-          PvRowsAll(R, De, sm, nt, static_cast<const uint16_t*>(a.v.data) + off,
-                    a.v.strides[2], o, bhi - j0);
-        } else {
-          PvRowsAll(R, De, sm, nt, a.v.As<float>() + off, a.v.strides[2], o,
-                    bhi - j0);
-        }
-      } else {  // d not a multiple of W: zero-padded f32 copy
-        float* vw = ws + L.vw;
-        AheadRows v_ahead;
-        if (j0 + ahead_keys < bhi) {
-          v_ahead.base =
-              vdata + a.v.Offset(job.b, job.kvh, j0 + ahead_keys, 0) * esize;
-          v_ahead.stride = a.v.strides[2] * esize;
-          v_ahead.n = bhi - (j0 + ahead_keys);
-          v_ahead.bytes = d * esize;
-        }
-        for (int64_t j = 0; j < nt; ++j) {
-          v_ahead.Fetch(j);
-          LoadRow(a.v, a.v.Offset(job.b, job.kvh, j0 + j, 0), 1, d,
-                  vw + j * De);
-          ZeroFloats(vw + j * De + d, De - d);
-        }
-        PvRowsAll(R, De, sm, nt, static_cast<const float*>(vw), De, o, 0);
       }
     }
     // ---- write out

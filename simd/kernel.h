@@ -68,6 +68,10 @@ struct BlockJob {
   const AttentionProblem* p = nullptr;
   const AttentionArgs* a = nullptr;
   int64_t b = 0, kvh = 0, g0 = 0, gn = 1, i0 = 0, qn = 1;
+  // kv heads kvh .. kvh + nkv - 1, each with the rows above (row r = kv head
+  // r / (qn * gn)); more than one only when qn * gn < the vector width (the
+  // rows path) and nkv * qn * gn <= kMaxRows.
+  int64_t nkv = 1;
   int64_t kv_begin = 0, kv_end = 0;
   float c = 1.0f;            // scale * log2(e): logits in log2 units, exp2
   float* partial = nullptr;  // null: write args.out; else PartialFloats

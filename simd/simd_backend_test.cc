@@ -213,6 +213,43 @@ TEST_P(SimdIsaTest, DecodeShapesAllLayoutsAndDtypes) {
   }
 }
 
+// BSHD decode groups adjacent kv heads into one work item (simd_backend.cc
+// MakePlan): with 1 thread every kv head of a sequence is one item, with 2
+// half of them, with 3 an uneven split (the last item has fewer heads).
+// Every mask, both dtypes, ragged and empty sequences, 1-2 queries per
+// sequence (4-8 rows per head), and forced splits (the merge walks the rows
+// of all the item's heads).
+TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
+  for (int threads : {1, 2, 3}) {
+    for (int splits : {0, 3}) {
+      SimdOptions o;
+      o.isa = GetParam();
+      o.num_threads = threads;
+      o.force_kv_splits = splits;
+      auto backend = MakeSimdBackend(o);
+      for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
+                            MaskKind::kWindow, MaskKind::kBias}) {
+        for (DType dt : {DType::kF32, DType::kBF16}) {
+          AttentionProblem p;
+          p.batch = 3;
+          p.q_heads = 20;
+          p.kv_heads = 5;
+          p.head_dim = 64;
+          p.dtype = dt;
+          p.layout = KvLayout::kBSHD;
+          p.mask = mask;
+          if (mask == MaskKind::kWindow) p.window = 50;
+          p.q_lens = {1, 2, 0};
+          p.kv_lens = {300, 77, 5};
+          ExpectMatchesOracle(*backend, p, 40 + threads * 7 + splits,
+                              ValueProfile::kNormal, 3);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, SimdIsaTest,
                          ::testing::ValuesIn(AvailableIsas()),
                          [](const ::testing::TestParamInfo<Isa>& info) {
