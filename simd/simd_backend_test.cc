@@ -131,10 +131,11 @@ AttentionProblem RandomProblem(Rng& rng) {
 
 class SimdIsaTest : public ::testing::TestWithParam<Isa> {
  protected:
-  std::unique_ptr<Backend> Make(int force_splits = 0) {
+  std::unique_ptr<Backend> Make(int force_splits = 0, int threads = 0) {
     SimdOptions o;
     o.isa = GetParam();
     o.force_kv_splits = force_splits;
+    o.num_threads = threads;
     return MakeSimdBackend(o);
   }
 };
@@ -222,11 +223,7 @@ TEST_P(SimdIsaTest, DecodeShapesAllLayoutsAndDtypes) {
 TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
   for (int threads : {1, 2, 3}) {
     for (int splits : {0, 3}) {
-      SimdOptions o;
-      o.isa = GetParam();
-      o.num_threads = threads;
-      o.force_kv_splits = splits;
-      auto backend = MakeSimdBackend(o);
+      auto backend = Make(splits, threads);
       for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
                             MaskKind::kWindow, MaskKind::kBias}) {
         for (DType dt : {DType::kF32, DType::kBF16}) {
