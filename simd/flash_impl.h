@@ -675,7 +675,9 @@ struct Flash {
     for (int r = 0; r < RB; ++r)
       for (int c = 0; c < DV; ++c) acc[r][c] = X::Load(o + r * so + c * W);
     for (int64_t j = 0; j < nt; ++j) {
-      // This block's columns of the row ahead (ahead.bytes of them).
+      // This block's columns of the row ahead: ahead.bytes, passed as the
+      // constant it is here so the lines unroll (the runtime-length Fetch(j)
+      // in this loop measured ~5% slower, 1 thread, bf16 kv 16k).
       ahead.Fetch(j, DV * W * static_cast<int64_t>(sizeof(T)));
       V vv[DV];
       for (int c = 0; c < DV; ++c) vv[c] = X::Load(v + j * sj + c * W);

@@ -244,33 +244,30 @@ void SimdBackend::Merge(const AttentionProblem& p, const AttentionArgs& args,
   auto merge_one = [&](int64_t t) {
     const BlockJob job = BaseJob(p, plan, t);
     const float* base = partials + static_cast<size_t>(t * S) * pf;
-    for (int64_t rk = 0; rk < job.nkv * job.qn * job.gn; ++rk) {
-      {
-        // Row order of RunBlock: kv head, then query, then head.
-        const int64_t k = rk / (job.qn * job.gn), ii = rk / job.gn % job.qn,
-                      gg = rk % job.gn;
-        const int64_t r = rk;
-        const int64_t h = (job.kvh + k) * p.group_size() + job.g0 + gg;
-        float* out =
-            args.out.As<float>() + args.out.Offset(job.b, h, job.i0 + ii, 0);
-        float M = -std::numeric_limits<float>::infinity();
-        for (int64_t s = 0; s < S; ++s) {
-          M = std::max(M, base[s * pf + internal::kMaxRows * dp + r]);
-        }
-        float l = 0.0f;
-        for (int64_t e = 0; e < d; ++e) out[e] = 0.0f;
-        if (M == -std::numeric_limits<float>::infinity()) continue;
-        for (int64_t s = 0; s < S; ++s) {
-          const float* part = base + s * pf;
-          const float ms = part[internal::kMaxRows * dp + r];
-          if (ms == -std::numeric_limits<float>::infinity()) continue;
-          const float w = std::exp2(ms - M);
-          l += w * part[internal::kMaxRows * dp + internal::kMaxRows + r];
-          for (int64_t e = 0; e < d; ++e) out[e] += w * part[r * dp + e];
-        }
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        for (int64_t e = 0; e < d; ++e) out[e] = l > 0.0f ? out[e] * inv : 0.0f;
+    // Row r in RunBlock's order: kv head, then query, then head.
+    for (int64_t r = 0; r < job.nkv * job.qn * job.gn; ++r) {
+      const int64_t k = r / (job.qn * job.gn), ii = r / job.gn % job.qn,
+                    gg = r % job.gn;
+      const int64_t h = (job.kvh + k) * p.group_size() + job.g0 + gg;
+      float* out =
+          args.out.As<float>() + args.out.Offset(job.b, h, job.i0 + ii, 0);
+      float M = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < S; ++s) {
+        M = std::max(M, base[s * pf + internal::kMaxRows * dp + r]);
       }
+      float l = 0.0f;
+      for (int64_t e = 0; e < d; ++e) out[e] = 0.0f;
+      if (M == -std::numeric_limits<float>::infinity()) continue;
+      for (int64_t s = 0; s < S; ++s) {
+        const float* part = base + s * pf;
+        const float ms = part[internal::kMaxRows * dp + r];
+        if (ms == -std::numeric_limits<float>::infinity()) continue;
+        const float w = std::exp2(ms - M);
+        l += w * part[internal::kMaxRows * dp + internal::kMaxRows + r];
+        for (int64_t e = 0; e < d; ++e) out[e] += w * part[r * dp + e];
+      }
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (int64_t e = 0; e < d; ++e) out[e] = l > 0.0f ? out[e] * inv : 0.0f;
     }
   };
   // A plain loop when serial: even a `parallel if(false)` region allocates
