@@ -1,5 +1,5 @@
 // attnkit_bench: Google Benchmark suites over every registered backend
-// (runtime/backends.inc), plus the machine calibration the %peak figures
+// (backends/backends.inc), plus the machine calibration the %peak figures
 // divide by. A backend added to the registry is benchmarked at once.
 //
 //   calibration/fma/threads:N       FP32 FMA peak (GFLOPS)
@@ -29,25 +29,30 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/registry.h"
 #include "bench/alloc_counter.h"
 #include "bench/calibration.h"
 #include "bench/output_check.h"
 #include "bench/run_data.h"
 #include "bench/stats.h"
 #include "reference/concat_kv.h"
-#include "runtime/backend.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
 
 namespace attnkit::bench {
 namespace {
 
+using backends::BackendInfo;
+using backends::RegisteredBackendNames;
+using backends::RegisteredBackends;
+
 bool g_quick = false;
 
-// The reference materializes S = QK^T per head: at S 4096, hq 32 one call is
-// ~275 GFLOP of single-threaded Eigen plus 512M exp()s -- tens of seconds a
-// call. Above this length only the fast backends run prefill.
-constexpr int64_t kReferenceMaxPrefill = 2048;
+// A backend with the quadratic_prefill trait (the reference) materializes
+// S = QK^T per head: at S 4096, hq 32 one call is ~275 GFLOP of
+// single-threaded Eigen plus 512M exp()s -- tens of seconds a call. Above
+// this length only the other backends run prefill.
+constexpr int64_t kQuadraticPrefillMaxS = 2048;
 
 std::vector<std::string>& SkipLog() {
   static std::vector<std::string> log;
@@ -538,11 +543,13 @@ void RegisterAll() {
             const std::string bm = "prefill/" + name +
                                    "/S:" + std::to_string(s) +
                                    "/d:" + std::to_string(d) + "/...";
-            if (name == "reference" && s > kReferenceMaxPrefill) {
+            if (info.traits.quadratic_prefill && s > kQuadraticPrefillMaxS) {
               Skip(bm,
-                   "the reference materializes S x S per head; capped at "
+                   "the backend materializes S x S per head "
+                   "(quadratic_prefill); "
+                   "capped at "
                    "S <= " +
-                       std::to_string(kReferenceMaxPrefill));
+                       std::to_string(kQuadraticPrefillMaxS));
               continue;
             }
             if (Status sup = backend.Supports(p); !sup.ok()) {

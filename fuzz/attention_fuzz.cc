@@ -10,10 +10,10 @@
 #include <memory>
 #include <vector>
 
+#include "backends/registry.h"
 #include "harness/report.h"
 #include "harness/runner.h"
 #include "harness/test_case.h"
-#include "runtime/backend.h"
 
 namespace {
 
@@ -67,7 +67,7 @@ TestCase MakeCase(FuzzedDataProvider& in) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static std::vector<std::unique_ptr<attnkit::Backend>>* owned = [] {
     auto* v = new std::vector<std::unique_ptr<attnkit::Backend>>();
-    for (const auto& info : attnkit::RegisteredBackends()) {
+    for (const auto& info : attnkit::backends::RegisteredBackends()) {
       v->push_back(info.make());
     }
     return v;

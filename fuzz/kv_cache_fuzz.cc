@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "backends/registry.h"
 #include "runtime/kv_cache.h"
 #include "runtime/random.h"
 
@@ -109,7 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   KvCache cache = std::move(created).value();
   attnkit::Rng rng(in.ConsumeIntegral<uint64_t>());
 
-  const auto backends = attnkit::RegisteredBackends();
+  const auto backends = attnkit::backends::RegisteredBackends();
   std::vector<std::unique_ptr<attnkit::Backend>> owned;
   for (const auto& info : backends) owned.push_back(info.make());
 

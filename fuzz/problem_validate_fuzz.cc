@@ -11,7 +11,7 @@
 #include <limits>
 #include <string>
 
-#include "runtime/backend.h"
+#include "backends/registry.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
 
@@ -71,7 +71,8 @@ void RunEverywhere(const AttentionProblem& p, uint64_t seed) {
     Fail("valid problem rejected: " + data.status().ToString(), p);
   attnkit::Rng rng(seed);
   data->Fill(p, rng);
-  for (const attnkit::BackendInfo& info : attnkit::RegisteredBackends()) {
+  for (const attnkit::backends::BackendInfo& info :
+       attnkit::backends::RegisteredBackends()) {
     auto backend = info.make();
     if (!backend->Supports(p).ok()) continue;
     const attnkit::Status s = backend->Attention(p, data->args());

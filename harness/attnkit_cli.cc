@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/registry.h"
 #include "harness/campaign.h"
-#include "harness/plugin.h"
 #include "harness/report.h"
 #include "runtime/backend.h"
 #include "runtime/parse.h"
@@ -47,7 +47,7 @@ constexpr const char* kUsage =
     "                 GTEST_TOTAL_SHARDS when set)\n"
     "  --json         also write the results as JSON (schema_version 1)\n"
     "  --repro        replay one case string printed by a failure, exactly\n"
-    "  --plugin       load a kernel through runtime/attnkit_plugin.h "
+    "  --plugin       load a kernel through plugin/attnkit_plugin.h "
     "(repeatable)\n"
     "Exit status: 0 all passed, 1 a mismatch (or harness error), 2 bad "
     "usage.\n";
@@ -200,49 +200,31 @@ int Check(int argc, char** argv) {
   Flags f;
   if (auto code = ParseFlags(argc, argv, f)) return *code;
 
-  // Backends: the registry, then plug-ins, filtered by --backends.
+  // Backends: the registry, then plug-ins, narrowed by --backends.
+  auto sources = backends::ResolveBackends(f.plugins, f.backends);
+  if (!sources.ok()) {
+    if (f.backends && sources.status().message().starts_with("no backend '")) {
+      std::string joined;
+      for (const std::string& n : *f.backends) {
+        joined += (joined.empty() ? "" : ",") + n;
+      }
+      return Bad("--backends", joined, sources.status().message());
+    }
+    std::fprintf(stderr, "check: --%s\n%s", sources.status().message().c_str(),
+                 kUsage);
+    return 2;
+  }
   std::vector<std::unique_ptr<Backend>> owned;
-  for (const BackendInfo& info : RegisteredBackends()) {
-    owned.push_back(info.make());
-  }
-  for (const std::string& path : f.plugins) {
-    auto plugin = harness::LoadPlugin(path);
-    if (!plugin.ok()) {
-      return Bad("--plugin", path, plugin.status().ToString());
-    }
-    for (const auto& b : owned) {
-      if (b->name() == (*plugin)->name()) {
-        return Bad("--plugin", path,
-                   "its name '" + std::string(b->name()) +
-                       "' is already taken by another backend");
-      }
-    }
-    owned.push_back(std::move(*plugin));
-  }
   std::vector<Backend*> backends;
-  if (f.backends) {
-    for (const std::string& name : *f.backends) {
-      Backend* found = nullptr;
-      for (const auto& b : owned) {
-        if (b->name() == name) found = b.get();
-      }
-      if (found == nullptr) {
-        std::string known;
-        for (const auto& b : owned) {
-          known += (known.empty() ? "" : ", ") + std::string(b->name());
-        }
-        std::string joined;
-        for (const std::string& n : *f.backends) {
-          joined += (joined.empty() ? "" : ",") + n;
-        }
-        return Bad("--backends", joined,
-                   "no backend '" + name + "' (have: " + known +
-                       "; plug-ins need --plugin)");
-      }
-      backends.push_back(found);
+  for (const backends::BackendSource& s : *sources) {
+    auto b = s.make();
+    if (!b.ok()) {
+      std::fprintf(stderr, "check: backend %s: %s\n", s.name.c_str(),
+                   b.status().ToString().c_str());
+      return 2;
     }
-  } else {
-    for (const auto& b : owned) backends.push_back(b.get());
+    owned.push_back(std::move(*b));
+    backends.push_back(owned.back().get());
   }
 
   if (f.repro) {

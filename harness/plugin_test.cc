@@ -1,5 +1,3 @@
-#include "harness/plugin.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
@@ -8,8 +6,9 @@
 #include "harness/report.h"
 #include "harness/runner.h"
 #include "harness/test_support.h"
+#include "plugin/attnkit_plugin.h"
+#include "plugin/loader.h"
 #include "runtime/accounting.h"
-#include "runtime/attnkit_plugin.h"
 
 namespace attnkit::harness {
 namespace {
@@ -32,7 +31,7 @@ constexpr const char* kDecodeCases[] = {
 };
 
 TEST(PluginTest, TheExamplePluginLoadsAndPassesCases) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ((*b)->name(), "example");
   Backend* one[] = {b->get()};
@@ -46,7 +45,7 @@ TEST(PluginTest, TheExamplePluginLoadsAndPassesCases) {
 }
 
 TEST(PluginTest, UnsupportedProblemsAreSkippedWithThePluginsReason) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_SMALL);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_SMALL);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ((*b)->name(), "example_small");
   Backend* one[] = {b->get()};
@@ -61,7 +60,7 @@ TEST(PluginTest, UnsupportedProblemsAreSkippedWithThePluginsReason) {
 }
 
 TEST(PluginTest, AMissingFileIsNotFound) {
-  auto b = LoadPlugin("/nonexistent/libnothing.so");
+  auto b = plugin::LoadPlugin("/nonexistent/libnothing.so");
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(b.status().message(),
@@ -69,7 +68,7 @@ TEST(PluginTest, AMissingFileIsNotFound) {
 }
 
 TEST(PluginTest, AFileThatIsNotASharedLibraryIsRefused) {
-  auto b = LoadPlugin(ATTNKIT_NOT_A_PLUGIN);  // a static archive
+  auto b = plugin::LoadPlugin(ATTNKIT_NOT_A_PLUGIN);  // a static archive
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(b.status().message().find("cannot load it as a shared library"),
@@ -78,7 +77,7 @@ TEST(PluginTest, AFileThatIsNotASharedLibraryIsRefused) {
 }
 
 TEST(PluginTest, ALibraryWithoutTheEntryPointIsRefused) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_NO_ENTRY);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_NO_ENTRY);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("does not export attnkit_plugin_v1"),
             std::string::npos)
@@ -86,7 +85,7 @@ TEST(PluginTest, ALibraryWithoutTheEntryPointIsRefused) {
 }
 
 TEST(PluginTest, AnotherAbiVersionIsRefused) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_BAD_ABI);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_BAD_ABI);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("abi_version=99, this attnkit speaks 1"),
             std::string::npos)
@@ -94,7 +93,7 @@ TEST(PluginTest, AnotherAbiVersionIsRefused) {
 }
 
 TEST(PluginTest, TheExamplePluginsAppendHookPassesDecodeLoops) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   for (const char* text : kDecodeCases) {
     const CheckResult r = RunOne(Case(text), **b);
@@ -107,7 +106,7 @@ TEST(PluginTest, TheExamplePluginsAppendHookPassesDecodeLoops) {
 // claims the shorter size: the loader must take it as absent and append
 // with the portable copy.
 TEST(PluginTest, ATableEndingBeforeAppendKvLoadsAndGetsThePortableAppend) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_FIRST_V1);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_FIRST_V1);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ((*b)->name(), "example_first_v1");
   for (const char* text : kDecodeCases) {
@@ -117,7 +116,7 @@ TEST(PluginTest, ATableEndingBeforeAppendKvLoadsAndGetsThePortableAppend) {
 }
 
 TEST(PluginTest, AStructSizeShorterThanTheFirstV1TableIsRefused) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_TINY_TABLE);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_TINY_TABLE);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(b.status().message().find(
@@ -148,7 +147,7 @@ const AppendBugCase kAppendBugs[] = {
 // portable append would pass these), and the cache check pinpoints each bug.
 TEST(PluginTest, EachAppendHookBugIsCaughtAtTheCacheElementItBreaks) {
   for (const AppendBugCase& bug : kAppendBugs) {
-    auto b = LoadPlugin(bug.plugin);
+    auto b = plugin::LoadPlugin(bug.plugin);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     EXPECT_EQ((*b)->name(), bug.name);
     const CheckResult r = RunOne(Case(kDecodeCases[0]), **b);
@@ -163,7 +162,7 @@ TEST(PluginTest, EachAppendHookBugIsCaughtAtTheCacheElementItBreaks) {
 // prints a reproducer that names the plug-in and replays the failure.
 TEST(PluginTest, AppendHookBugsFailTheSmokeCampaignWithAReproducer) {
   for (const AppendBugCase& bug : kAppendBugs) {
-    auto b = LoadPlugin(bug.plugin);
+    auto b = plugin::LoadPlugin(bug.plugin);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     Backend* one[] = {b->get()};
     CampaignOptions o;
@@ -193,7 +192,7 @@ TEST(PluginTest, AppendHookBugsFailTheSmokeCampaignWithAReproducer) {
 // does; called directly (no supports() first), its error comes back as a
 // Status naming the plug-in, the entry and the plug-in's message.
 TEST(PluginTest, AnAppendHookErrorNamesThePluginAndItsMessage) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_SMALL);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_SMALL);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   const std::array<int64_t, 4> shape{1, 1, 4, 128}, one{1, 1, 1, 128};
   Tensor kc = Tensor::Contiguous(DType::kF32, shape);
@@ -218,7 +217,7 @@ TEST(PluginTest, AnAppendHookErrorNamesThePluginAndItsMessage) {
 // loader charges it the bytes the contract lets it write, as the portable
 // append charges its own.
 TEST(PluginTest, TheAppendHookIsChargedTheNewTokensBytes) {
-  auto b = LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   const std::array<int64_t, 4> shape{2, 3, 8, 5}, news{2, 3, 2, 5};
   Tensor kc = Tensor::Contiguous(DType::kBF16, shape);

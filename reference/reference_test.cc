@@ -182,16 +182,5 @@ TEST(ReferenceTest, InvalidInputIsAStatusNotACrash) {
   EXPECT_EQ(Attention(p, d.args()).code(), StatusCode::kInvalidArgument);
 }
 
-TEST(RegistryTest, ReferenceIsRegisteredAndUnknownNamesAreListed) {
-  auto b = MakeBackend("reference");
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ((*b)->name(), "reference");
-  auto missing = MakeBackend("cuda");
-  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("have: reference"),
-            std::string::npos);
-  EXPECT_EQ(RegisteredBackends().front().name, "reference");
-}
-
 }  // namespace
 }  // namespace attnkit::reference

@@ -1,6 +1,5 @@
-// The backend interface every attention implementation provides, and the one
-// registry (runtime/backends.inc) that dispatch, the differential tests and
-// the benchmarks iterate.
+// The backend interface every attention implementation provides. The list of
+// the implementations a build has is the registry, backends/registry.h.
 #ifndef ATTNKIT_RUNTIME_BACKEND_H_
 #define ATTNKIT_RUNTIME_BACKEND_H_
 
@@ -75,19 +74,6 @@ class Backend {
     return Status::Ok();
   }
 };
-
-using BackendFactory = std::unique_ptr<Backend> (*)();
-
-struct BackendInfo {
-  std::string_view name;
-  BackendFactory make;
-};
-
-// Every backend this build has, in runtime/backends.inc order.
-std::span<const BackendInfo> RegisteredBackends();
-std::vector<std::string> RegisteredBackendNames();
-// NOT_FOUND lists the registered names.
-StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view name);
 
 }  // namespace attnkit
 

@@ -384,12 +384,6 @@ TEST(SimdTest, InvalidInputIsAStatus) {
             StatusCode::kInvalidArgument);
 }
 
-TEST(SimdTest, RegisteredAsSimd) {
-  auto b = MakeBackend("simd");
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ((*b)->name(), "simd");
-}
-
 // ---------------------------------------------------------------- append
 
 TEST(SimdAppendTest, BitExactVersusStridedAppendInEveryLayout) {

@@ -1,13 +1,14 @@
-#include "runtime/decode_session.h"
+#include "decode/session.h"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 
+#include "backends/registry.h"
 #include "reference/concat_kv.h"
 #include "runtime/random.h"
 
-namespace attnkit {
+namespace attnkit::decode {
 namespace {
 
 std::string Field(std::string_view name, int64_t v) {
@@ -141,8 +142,9 @@ StatusOr<std::unique_ptr<DecodeSession>> DecodeSession::Create(
 
 Status DecodeSession::Init() {
   const DecodeConfig& c = config_;
-  ATTNKIT_ASSIGN_OR_RETURN(
-      backend_, c.make_backend ? c.make_backend() : MakeBackend(c.backend));
+  ATTNKIT_ASSIGN_OR_RETURN(backend_, c.make_backend
+                                         ? c.make_backend()
+                                         : backends::MakeBackend(c.backend));
 
   problem_.q_heads = c.q_heads;
   problem_.kv_heads = c.kv_heads;
@@ -333,4 +335,4 @@ KvCache::View DecodeSession::naive_sequence(int64_t layer, int64_t b) const {
   return {naive_[layer]->K(b), naive_[layer]->V(b)};
 }
 
-}  // namespace attnkit
+}  // namespace attnkit::decode

@@ -1,4 +1,4 @@
-#include "harness/plugin.h"
+#include "plugin/loader.h"
 
 #include <dlfcn.h>
 
@@ -7,11 +7,28 @@
 #include <filesystem>
 #include <string_view>
 
+#include "plugin/attnkit_plugin.h"
 #include "runtime/accounting.h"
-#include "runtime/attnkit_plugin.h"
 
-namespace attnkit::harness {
+namespace attnkit::plugin {
 namespace {
+
+// The C ABI's values are the C++ enums' values: the loader passes them
+// through with a cast, so these tie every ATTNKIT_PLUGIN_* constant to its
+// enumerator (a reordered enum fails to compile instead of mislabelling
+// problems).
+static_assert(ATTNKIT_PLUGIN_F32 == static_cast<int>(DType::kF32));
+static_assert(ATTNKIT_PLUGIN_BF16 == static_cast<int>(DType::kBF16));
+static_assert(ATTNKIT_PLUGIN_MASK_NONE == static_cast<int>(MaskKind::kNone));
+static_assert(ATTNKIT_PLUGIN_MASK_CAUSAL ==
+              static_cast<int>(MaskKind::kCausal));
+static_assert(ATTNKIT_PLUGIN_MASK_WINDOW ==
+              static_cast<int>(MaskKind::kWindow));
+static_assert(ATTNKIT_PLUGIN_MASK_BIAS == static_cast<int>(MaskKind::kBias));
+static_assert(ATTNKIT_PLUGIN_LAYOUT_BHSD == static_cast<int>(KvLayout::kBHSD));
+static_assert(ATTNKIT_PLUGIN_LAYOUT_BSHD == static_cast<int>(KvLayout::kBSHD));
+static_assert(ATTNKIT_PLUGIN_LAYOUT_TRANSPOSED_V ==
+              static_cast<int>(KvLayout::kTransposedV));
 
 // Enough for any sensible message; the plug-in truncates to fit.
 constexpr size_t kErrorCapacity = 1024;
@@ -165,7 +182,7 @@ StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path) {
     return Status::InvalidArgument(
         at + ": does not export " + ATTNKIT_PLUGIN_ENTRY_V1 +
         " (not an attnkit plug-in, or built for another ABI version; see "
-        "runtime/attnkit_plugin.h)");
+        "plugin/attnkit_plugin.h)");
   }
   auto entry = reinterpret_cast<attnkit_plugin_v1_fn>(sym);
   const attnkit_plugin_v1_table* t = entry();
@@ -213,4 +230,4 @@ StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path) {
       std::make_unique<PluginBackend>(std::move(lib), t, instance));
 }
 
-}  // namespace attnkit::harness
+}  // namespace attnkit::plugin

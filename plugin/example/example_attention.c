@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/attnkit_plugin.h"
+#include "plugin/attnkit_plugin.h"
 
 #ifndef EXAMPLE_PLUGIN_ABI_VERSION
 #define EXAMPLE_PLUGIN_ABI_VERSION ATTNKIT_PLUGIN_ABI_VERSION

@@ -1,4 +1,4 @@
-#include "runtime/decode_session.h"
+#include "decode/session.h"
 
 #include <gtest/gtest.h>
 
@@ -6,9 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/registry.h"
 #include "reference/oracle.h"
 
-namespace attnkit {
+namespace attnkit::decode {
 namespace {
 
 DecodeConfig SmallConfig(DType dtype, KvLayout layout) {
@@ -44,7 +45,7 @@ double Tolerance(const std::string& backend) {
   return backend == "reference" ? 3e-5 : 2e-4;
 }
 
-// Every registered backend (runtime/backends.inc), so a new backend is held to
+// Every registered backend (backends/backends.inc), so a new backend is held to
 // "no allocation per decode step" the moment it is registered.
 class DecodeSessionTest : public ::testing::TestWithParam<
                               std::tuple<std::string, DType, KvLayout>> {};
@@ -69,7 +70,7 @@ TEST_P(DecodeSessionTest, InPlaceMatchesNaiveWithoutAllocatingOrRecopying) {
     p.layout = layout;
     p.q_lens = {1, 1};
     p.kv_lens = {c.start_lens[0] + 1, c.start_lens[1] + 1};
-    auto b = MakeBackend(backend);
+    auto b = backends::MakeBackend(backend);
     ASSERT_TRUE(b.ok());
     if (const Status s = (*b)->Supports(p); !s.ok())
       GTEST_SKIP() << s.message();
@@ -158,7 +159,7 @@ TEST_P(DecodeSessionTest, InPlaceMatchesNaiveWithoutAllocatingOrRecopying) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllLayouts, DecodeSessionTest,
-    ::testing::Combine(::testing::ValuesIn(RegisteredBackendNames()),
+    ::testing::Combine(::testing::ValuesIn(backends::RegisteredBackendNames()),
                        ::testing::Values(DType::kF32, DType::kBF16),
                        ::testing::Values(KvLayout::kBHSD, KvLayout::kBSHD,
                                          KvLayout::kTransposedV)),
@@ -219,4 +220,4 @@ TEST(DecodeSessionConfigTest, BadConfigIsNamed) {
 }
 
 }  // namespace
-}  // namespace attnkit
+}  // namespace attnkit::decode

@@ -1,8 +1,8 @@
 // Loads a user's attention kernel from a shared library through the C ABI of
-// runtime/attnkit_plugin.h and wraps it as a Backend, so the campaign runs it
+// plugin/attnkit_plugin.h and wraps it as a Backend, so the campaign runs it
 // exactly like a built-in one.
-#ifndef ATTNKIT_HARNESS_PLUGIN_H_
-#define ATTNKIT_HARNESS_PLUGIN_H_
+#ifndef ATTNKIT_PLUGIN_LOADER_H_
+#define ATTNKIT_PLUGIN_LOADER_H_
 
 #include <memory>
 #include <string>
@@ -10,7 +10,7 @@
 #include "runtime/backend.h"
 #include "runtime/status.h"
 
-namespace attnkit::harness {
+namespace attnkit::plugin {
 
 // dlopen()s `path`, resolves attnkit_plugin_v1, checks the table (ABI
 // version, size, required entries, name) and creates one instance. Errors
@@ -21,6 +21,6 @@ namespace attnkit::harness {
 // covers the field and it is not NULL), else attnkit's portable append.
 StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path);
 
-}  // namespace attnkit::harness
+}  // namespace attnkit::plugin
 
-#endif  // ATTNKIT_HARNESS_PLUGIN_H_
+#endif  // ATTNKIT_PLUGIN_LOADER_H_

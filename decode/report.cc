@@ -1,4 +1,4 @@
-#include "harness/decode_report.h"
+#include "decode/report.h"
 
 #include <algorithm>
 #include <charconv>
@@ -8,12 +8,12 @@
 #include <sstream>
 #include <string_view>
 
-#include "harness/plugin.h"
+#include "backends/registry.h"
 #include "reference/oracle.h"
 #include "runtime/accounting.h"
 #include "runtime/parse.h"
 
-namespace attnkit::harness {
+namespace attnkit::decode {
 namespace {
 
 Status BadFlag(std::string_view flag, std::string_view value,
@@ -30,16 +30,17 @@ Status BadFlag(std::string_view flag, std::string_view value,
 // new tokens; the prefill is in [-1, 1)). Wrong, stale or missing tokens
 // move outputs by 1e-2 or more, three orders above this.
 //
-// Fused backends (online softmax with rescaling, polynomial exp/log) are
-// held to a floor of 2e-4, the bound their own tests against the oracle use.
-double OutputTolerance(std::string_view backend, int64_t head_dim,
+// Backends without the exact_softmax trait (online softmax with rescaling,
+// polynomial exp/log: fused kernels, plug-ins) are held to a floor of 2e-4, the
+// bound their own tests against the oracle use.
+double OutputTolerance(const backends::BackendTraits& traits, int64_t head_dim,
                        int64_t kv_len) {
   const double eps = std::numeric_limits<float>::epsilon();
   const double terms =
       static_cast<double>(head_dim) +
       std::log2(static_cast<double>(std::max<int64_t>(kv_len, 2))) + 8.0;
   const double bound = terms * eps * 4.0;
-  return backend == "reference" ? bound : std::max(bound, 2e-4);
+  return traits.exact_softmax ? bound : std::max(bound, 2e-4);
 }
 
 double Median(std::vector<double> v) {
@@ -214,7 +215,7 @@ f64 oracle.
   --layout bhsd|bshd|tv
                      KV cache layout (default bhsd)
   --backend A,B|all  registered backends, run in turn (default reference)
-  --plugin LIB.so    a kernel loaded through runtime/attnkit_plugin.h (its
+  --plugin LIB.so    a kernel loaded through plugin/attnkit_plugin.h (its
                      append_kv hook, if any, is the in-place KV update being
                      metered); repeatable; alone, only the plug-ins run
   --seed N           (default 1)
@@ -225,24 +226,12 @@ f64 oracle.
 namespace {
 
 // Appends b to the backends to run; a name given twice is a flag error.
-Status AddBackend(DecodeReportOptions& o, DecodeBackend b,
-                  std::string_view flag, std::string_view value) {
-  for (const DecodeBackend& have : o.backends) {
-    if (have.name == b.name) {
-      return BadFlag(flag, value,
-                     "backend '" + b.name + "' is already in the list");
-    }
-  }
-  o.backends.push_back(std::move(b));
-  return Status::Ok();
-}
-
 }  // namespace
 
 StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
   DecodeReportOptions o = DefaultDecodeOptions();
   bool kv_heads_set = false;
-  std::vector<std::string> plugins;
+  std::vector<std::string> plugins, selected;
   for (int i = 0; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -318,7 +307,7 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
       if (!l) return BadFlag(flag, value, "expected bhsd, bshd or tv");
       o.config.layout = *l;
     } else if (flag == "--backend") {
-      const auto names = RegisteredBackendNames();
+      const auto names = backends::RegisteredBackendNames();
       std::vector<std::string> chosen;
       if (value == "all") {
         chosen = names;
@@ -343,7 +332,12 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
         }
       }
       for (const std::string& name : chosen) {
-        ATTNKIT_RETURN_IF_ERROR(AddBackend(o, {name, nullptr}, flag, value));
+        if (std::find(selected.begin(), selected.end(), name) !=
+            selected.end()) {
+          return BadFlag(flag, value,
+                         "backend '" + name + "' is already in the list");
+        }
+        selected.push_back(name);
       }
     } else if (flag == "--plugin") {
       if (value.empty()) return BadFlag(flag, value, "needs a file name");
@@ -356,17 +350,23 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
                                      "' (see --help)");
     }
   }
-  for (const std::string& path : plugins) {
-    // Loaded once here so a bad library is a flag error; every session then
-    // loads its own instance.
-    auto loaded = LoadPlugin(path);
-    if (!loaded.ok()) {
-      return BadFlag("--plugin", path, loaded.status().message());
+  if (!selected.empty() || !plugins.empty()) {
+    // The registry resolves plug-ins for every tool; each is loaded once
+    // there, so a bad library is a flag error, and every session then makes
+    // its own instance.
+    auto sources = backends::ResolveBackends(plugins);
+    if (!sources.ok()) {
+      return Status::InvalidArgument("--" + sources.status().message());
     }
-    ATTNKIT_RETURN_IF_ERROR(AddBackend(
-        o,
-        {std::string((*loaded)->name()), [path] { return LoadPlugin(path); }},
-        "--plugin", path));
+    const size_t registered = backends::RegisteredBackends().size();
+    for (const std::string& name : selected) {
+      for (size_t i = 0; i < registered; ++i) {
+        if ((*sources)[i].name == name) o.backends.push_back((*sources)[i]);
+      }
+    }
+    for (size_t i = registered; i < sources->size(); ++i) {
+      o.backends.push_back((*sources)[i]);
+    }
   }
   if (!o.backends.empty()) {
     o.config.backend = o.backends.front().name;
@@ -390,11 +390,13 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
         "allocation hooks are not linked into this binary: allocations "
         "cannot be verified (link attnkit_alloc_hooks)");
   }
-  std::vector<DecodeBackend> backends = options.backends;
-  if (backends.empty()) {
-    backends.push_back({options.config.backend, options.config.make_backend});
+  std::vector<DecodeBackend> runs = options.backends;
+  if (runs.empty()) {
+    runs.push_back({options.config.backend,
+                    backends::TraitsOf(options.config.backend),
+                    options.config.make_backend});
   }
-  for (const DecodeBackend& backend : backends) {
+  for (const DecodeBackend& backend : runs) {
     for (const int64_t len : options.start_lens) {
       DecodeConfig c = options.config;
       c.backend = backend.name;
@@ -449,7 +451,7 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
         }
         const std::vector<float> out = AllOutputs(*session);
         const double tol =
-            2 * OutputTolerance(c.backend, c.head_dim,
+            2 * OutputTolerance(backend.traits, c.head_dim,
                                 len + c.steps);  // two evaluations
         double worst = 0;
         size_t worst_at = 0;
@@ -472,7 +474,7 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
         ATTNKIT_ASSIGN_OR_RETURN(const double oracle_err,
                                  OracleError(*session));
         const double otol =
-            OutputTolerance(c.backend, c.head_dim, len + c.steps);
+            OutputTolerance(backend.traits, c.head_dim, len + c.steps);
         if (!(oracle_err <= otol)) {
           report.failures.push_back(
               name + "last step differs from the f64 oracle by " +
@@ -637,4 +639,4 @@ int DecodeMain(int argc, char** argv) {
   return report->failures.empty() ? 0 : 1;
 }
 
-}  // namespace attnkit::harness
+}  // namespace attnkit::decode

@@ -1,4 +1,4 @@
-#include "harness/decode_report.h"
+#include "decode/report.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
-namespace attnkit::harness {
+#include "backends/registry.h"
+
+namespace attnkit::decode {
 namespace {
 
 StatusOr<DecodeReportOptions> Parse(std::vector<std::string> args) {
@@ -151,7 +153,7 @@ TEST(DecodeReportTest, SeveralBackendsRunInTurnEachInItsOwnBlock) {
                   "--layers", "1", "--heads", "4", "--kv-heads", "2",
                   "--head-dim", "16", "--steps", "2", "--start-len", "8"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
-  std::vector<std::string> want = RegisteredBackendNames();
+  std::vector<std::string> want = backends::RegisteredBackendNames();
   want.push_back("example");
   std::vector<std::string> names;
   for (const DecodeBackend& b : o->backends) names.push_back(b.name);
@@ -212,4 +214,4 @@ TEST(DecodeReportTest, PluginWithAnAppendBugFailsTheGate) {
 #endif
 
 }  // namespace
-}  // namespace attnkit::harness
+}  // namespace attnkit::decode

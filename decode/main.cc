@@ -1,8 +1,8 @@
 // attnkit_decode: the decode report on its own (`./attnkit decode`), and the
 // second half of `./attnkit check`. Linked with the counting allocation hooks
 // (attnkit_alloc_hooks), which it needs to verify "0 allocations per step".
-#include "harness/decode_report.h"
+#include "decode/report.h"
 
 int main(int argc, char** argv) {
-  return attnkit::harness::DecodeMain(argc - 1, argv + 1);
+  return attnkit::decode::DecodeMain(argc - 1, argv + 1);
 }

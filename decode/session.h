@@ -18,8 +18,8 @@
 // token per sequence), then attention of the new query (q_len 1) over the
 // whole context. Inputs, outputs and backend workspaces are sized at Create,
 // so a step of the in-place mode on a well-behaved backend allocates nothing.
-#ifndef ATTNKIT_RUNTIME_DECODE_SESSION_H_
-#define ATTNKIT_RUNTIME_DECODE_SESSION_H_
+#ifndef ATTNKIT_DECODE_SESSION_H_
+#define ATTNKIT_DECODE_SESSION_H_
 
 #include <cstdint>
 #include <functional>
@@ -37,11 +37,11 @@
 #include "runtime/status.h"
 #include "runtime/tensor.h"
 
-namespace attnkit {
-
-namespace reference {
+namespace attnkit::reference {
 class ConcatKv;
 }
+
+namespace attnkit::decode {
 
 enum class DecodeMode : uint8_t { kNaiveConcat = 0, kInPlace };
 std::string_view DecodeModeName(DecodeMode m);  // naive_concat | in_place
@@ -154,6 +154,6 @@ class DecodeSession {
   std::vector<StepRecord> records_;
 };
 
-}  // namespace attnkit
+}  // namespace attnkit::decode
 
-#endif  // ATTNKIT_RUNTIME_DECODE_SESSION_H_
+#endif  // ATTNKIT_DECODE_SESSION_H_

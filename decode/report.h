@@ -5,8 +5,8 @@
 // written as JSON. It is also a gate: the in-place path must allocate nothing
 // after its first step, copy exactly the new tokens' bytes per step, and
 // produce the same outputs as the naive path (and as the f64 oracle).
-#ifndef ATTNKIT_HARNESS_DECODE_REPORT_H_
-#define ATTNKIT_HARNESS_DECODE_REPORT_H_
+#ifndef ATTNKIT_DECODE_REPORT_H_
+#define ATTNKIT_DECODE_REPORT_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -15,17 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "runtime/decode_session.h"
+#include "backends/registry.h"
+#include "decode/session.h"
 #include "runtime/status.h"
 
-namespace attnkit::harness {
+namespace attnkit::decode {
 
-// A backend the report runs: make null builds `name` from the registry,
-// else make builds it (a plug-in).
-struct DecodeBackend {
-  std::string name;
-  std::function<StatusOr<std::unique_ptr<Backend>>()> make;
-};
+// A backend the report runs (registered or a plug-in): see
+// backends/registry.h.
+using DecodeBackend = backends::BackendSource;
 
 struct DecodeReportOptions {
   // layers, batch, heads, dtype, layout, steps, backend, seed; start_len is
@@ -92,6 +90,6 @@ std::string DecodeReportJson(const DecodeReport& report,
 // the run failed, 2 for bad flags.
 int DecodeMain(int argc, char** argv);
 
-}  // namespace attnkit::harness
+}  // namespace attnkit::decode
 
-#endif  // ATTNKIT_HARNESS_DECODE_REPORT_H_
+#endif  // ATTNKIT_DECODE_REPORT_H_

@@ -1,0 +1,109 @@
+#include "backends/registry.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "plugin/loader.h"
+
+namespace attnkit {
+namespace reference {
+std::unique_ptr<Backend> MakeReferenceBackend();
+}
+namespace simd {
+std::unique_ptr<Backend> MakeSimdBackend();
+}
+namespace compiled {
+std::unique_ptr<Backend> MakeCompiledBackend();
+}
+
+namespace backends {
+namespace {
+#define ATTNKIT_BACKEND(name, factory, traits) \
+  BackendInfo{#name, &factory, traits},
+constexpr BackendInfo kBackends[] = {
+#include "backends/backends.inc"
+};
+#undef ATTNKIT_BACKEND
+
+std::string Join(const std::vector<std::string>& names, std::string_view sep) {
+  std::string out;
+  for (const std::string& n : names) {
+    if (!out.empty()) out += sep;
+    out += n;
+  }
+  return out;
+}
+}  // namespace
+
+std::span<const BackendInfo> RegisteredBackends() { return kBackends; }
+
+std::vector<std::string> RegisteredBackendNames() {
+  std::vector<std::string> names;
+  for (const BackendInfo& b : kBackends) names.emplace_back(b.name);
+  return names;
+}
+
+StatusOr<std::unique_ptr<Backend>> MakeBackend(std::string_view name) {
+  for (const BackendInfo& b : kBackends) {
+    if (b.name == name) return b.make();
+  }
+  return Status::NotFound("backend=" + std::string(name) +
+                          " is not registered (have: " +
+                          Join(RegisteredBackendNames(), ", ") + ")");
+}
+
+BackendTraits TraitsOf(std::string_view name) {
+  for (const BackendInfo& b : kBackends) {
+    if (b.name == name) return b.traits;
+  }
+  return {};
+}
+
+StatusOr<std::vector<BackendSource>> ResolveBackends(
+    std::span<const std::string> plugin_paths,
+    const std::optional<std::vector<std::string>>& select) {
+  std::vector<BackendSource> all;
+  for (const BackendInfo& info : kBackends) {
+    all.push_back({std::string(info.name), info.traits,
+                   [make = info.make]() -> StatusOr<std::unique_ptr<Backend>> {
+                     return make();
+                   }});
+  }
+  for (const std::string& path : plugin_paths) {
+    ATTNKIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> p,
+                             plugin::LoadPlugin(path));
+    std::string name(p->name());
+    for (const BackendSource& b : all) {
+      if (b.name == name) {
+        return Status::InvalidArgument("plugin=" + path + ": backend '" + name +
+                                       "' is already in the list");
+      }
+    }
+    all.push_back({std::move(name), BackendTraits{},
+                   [path] { return plugin::LoadPlugin(path); }});
+  }
+  if (!select) return all;
+  std::vector<BackendSource> chosen;
+  for (const std::string& name : *select) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const BackendSource& b) {
+      return b.name == name;
+    });
+    if (it == all.end()) {
+      std::vector<std::string> have;
+      for (const BackendSource& b : all) have.push_back(b.name);
+      return Status::NotFound("no backend '" + name + "' (have: " +
+                              Join(have, ", ") + "; plug-ins need --plugin)");
+    }
+    for (const BackendSource& b : chosen) {
+      if (b.name == name) {
+        return Status::InvalidArgument("backend '" + name +
+                                       "' is already in the list");
+      }
+    }
+    chosen.push_back(*it);
+  }
+  return chosen;
+}
+
+}  // namespace backends
+}  // namespace attnkit
