@@ -1,7 +1,9 @@
 // The main job's command line. `check` runs every registered backend (and
 // any plug-in) against the f64 oracle over a seeded campaign of shapes,
 // prints each failure shrunk with a one-line reproducer, then one row per
-// backend; it exits 1 on any mismatch (the CI gate) and 2 on bad usage.
+// backend, then runs the decode-step report's small configuration over the
+// same backends; it exits 1 on any mismatch of either (the CI gate) and 2 on
+// bad usage.
 #include <unistd.h>
 
 #include <charconv>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "backends/registry.h"
+#include "decode/report.h"
 #include "harness/campaign.h"
 #include "harness/report.h"
 #include "runtime/backend.h"
@@ -49,6 +52,10 @@ constexpr const char* kUsage =
     "  --repro        replay one case string printed by a failure, exactly\n"
     "  --plugin       load a kernel through plugin/attnkit_plugin.h "
     "(repeatable)\n"
+    "After the campaign (not after --repro) the decode-step report runs on a\n"
+    "small configuration (2 layers, 8:2 heads of 64, 8 steps from contexts\n"
+    "256, 1024, 4096) over the same backends; its gate is part of the "
+    "verdict.\n"
     "Exit status: 0 all passed, 1 a mismatch (or harness error), 2 bad "
     "usage.\n";
 
@@ -298,7 +305,29 @@ int Check(int argc, char** argv) {
       return 2;
     }
   }
-  return res.failures == 0 ? 0 : 1;
+  const int campaign_status = res.failures == 0 ? 0 : 1;
+
+  // The decode-step report's small configuration (GQA 8:2, 2 layers, 8 steps
+  // up to a 4k context) over the same backends: a few seconds in all. Its
+  // gate (no allocation after the first step, exactly the new tokens' bytes
+  // copied, outputs equal to the naive path's and the oracle's) is part of
+  // the check's verdict.
+  decode::DecodeReportOptions d = decode::DefaultDecodeOptions();
+  d.config.layers = 2;
+  d.config.q_heads = 8;
+  d.config.kv_heads = 2;
+  d.config.head_dim = 64;
+  d.config.steps = 8;
+  d.start_lens = {256, 1024, 4096};
+  d.backends = *sources;
+  auto report = decode::RunDecodeReport(d, stderr);
+  if (!report.ok()) {
+    std::printf("decode: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%s", decode::FormatDecodeTable(*report, d).c_str());
+  const int decode_status = report->failures.empty() ? 0 : 1;
+  return campaign_status != 0 ? campaign_status : decode_status;
 }
 
 }  // namespace
