@@ -24,6 +24,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
+using namespace attnkit;
 using namespace attnkit::compiled;
 
 static cl::opt<std::string> stageOpt("stage",
@@ -85,27 +86,21 @@ int main(int argc, char **argv) {
   KernelSpec spec;
   spec.headDim = headDim;
   spec.group = heads / kvh;
-  llvm::StringRef mask = maskOpt;
-  if (mask == "none")
-    spec.mask = MaskType::kNone;
-  else if (mask == "causal")
-    spec.mask = MaskType::kCausal;
-  else if (mask == "bias")
-    spec.mask = MaskType::kBias;
-  else if (mask.starts_with("window"))
-    spec.mask = MaskType::kWindow; // W is a run-time argument
-  else
-    return fail("unknown --mask " + maskOpt);
-  if (dtypeOpt == "f32")
-    spec.elem = ElemType::kF32;
-  else if (dtypeOpt == "bf16")
-    spec.elem = ElemType::kBF16;
-  else
+  // --mask window:W: W is a run-time argument, the kernel is the same.
+  const std::string maskArg = maskOpt;
+  const std::string maskName = maskArg.substr(0, maskArg.find(':'));
+  std::optional<MaskKind> mask = ParseMaskKind(maskName);
+  if (!mask || (maskName != maskArg && *mask != MaskKind::kWindow))
+    return fail("unknown --mask " + maskArg);
+  spec.mask = *mask;
+  std::optional<DType> dtype = ParseDType(dtypeOpt);
+  if (!dtype)
     return fail("unknown --dtype " + dtypeOpt);
-  if (layoutOpt == "tv")
-    spec.vTransposed = true;
-  else if (layoutOpt != "bhsd" && layoutOpt != "bshd")
+  spec.elem = *dtype;
+  std::optional<KvLayout> layout = ParseKvLayout(layoutOpt);
+  if (!layout)
     return fail("unknown --layout " + layoutOpt);
+  spec.vTransposed = *layout == KvLayout::kTransposedV;
 
   spec.queryTile =
       queryTile.getNumOccurrences() ? queryTile : queryTileFor(qLen);

@@ -65,8 +65,7 @@ void timeOnce(Backend &b, const AttentionProblem &p, const AttentionArgs &a,
 /// alternating, each in a fresh cache; prints median wall and CPU ms.
 int jitMode(int n) {
   std::vector<double> wall[2], cpu[2];
-  const compiled::MaskType masks[] = {compiled::MaskType::kNone,
-                                      compiled::MaskType::kCausal};
+  const MaskKind masks[] = {MaskKind::kNone, MaskKind::kCausal};
   for (int i = 0; i < n; ++i)
     for (int o = 0; o < 2; ++o) {
       compiled::CompileOptions opts;
