@@ -5,6 +5,7 @@
 // Lengths (--batch --kv-len) are accepted for symmetry with the other
 // subcommands but never change the IR: sequence dims are dynamic. --q-len
 // picks the kernel family (decode below 4 rows), as the backend does.
+#include "compiled/aot.h"
 #include "compiled/ir_builder.h"
 #include "compiled/pipeline.h"
 
@@ -119,11 +120,12 @@ int main(int argc, char **argv) {
   options.flash.kvTile = kvTile;
   options.printIrAfterAll = printAfterAll;
   if (emitLlvmIr) {
-    // The AOT symbol: unique per specialization, so every default kernel
-    // links into one library (see aotSymbolFor).
-    module->walk([&](mlir::func::FuncOp fn) {
-      fn.setSymName(aotSymbolFor(spec.key()));
-    });
+    // The AOT symbol: the one aot.h gives the spec, which the kernel cache's
+    // registry links against (aot_registry.cc).
+    std::optional<std::string_view> symbol = aotSymbolFor(spec);
+    if (!symbol)
+      return fail(spec.key() + " is not listed in compiled/aot_kernels.inc");
+    module->walk([&](mlir::func::FuncOp fn) { fn.setSymName(*symbol); });
     *stage = Stage::kLLVM;
   }
   if (mlir::failed(lowerToStage(*module, *stage, options)))

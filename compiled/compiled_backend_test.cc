@@ -375,6 +375,38 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
   }
 }
 
+// Every kernel of compiled/aot_kernels.inc (the list CMake compiled) is
+// served by the kernel cache for the spec the backend computes from a problem
+// of that shape, with no JIT compile: a kernel the lookup missed would
+// silently be JIT-compiled instead.
+TEST(CompiledBackendTest, EveryListedAotKernelIsServedWithoutJit) {
+  if (aotKernels().empty())
+    GTEST_SKIP() << "built with ATTNKIT_AOT_KERNELS=OFF";
+  EXPECT_EQ(aotKernels().size(), std::size(kAotKernelList));
+  KernelCache cache;
+  for (const AotListed &listed : kAotKernelList) {
+    AttentionProblem p;
+    p.q_heads = listed.spec.group;
+    p.kv_heads = 1;
+    p.head_dim = listed.spec.headDim;
+    p.dtype = listed.spec.elem;
+    p.mask = listed.spec.mask;
+    if (p.mask == MaskKind::kWindow)
+      p.window = 8;
+    p.q_lens = {listed.spec.queryTile};
+    p.kv_lens = {100};
+    ASSERT_TRUE(p.Validate().ok()) << p.ToString();
+    const KernelSpec spec = specFor(p);
+    SCOPED_TRACE(spec.key());
+    EXPECT_EQ(spec, listed.spec) << listed.spec.key();
+    std::string err;
+    const CompiledKernel *kernel = cache.get(spec, err);
+    ASSERT_NE(kernel, nullptr) << err;
+    EXPECT_TRUE(kernel->aot());
+  }
+  EXPECT_EQ(cache.compilations(), 0);
+}
+
 TEST(CompiledBackendTest, KernelCacheIsThreadSafe) {
   KernelCache cache;
   KernelSpec spec;

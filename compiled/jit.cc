@@ -263,9 +263,8 @@ const CompiledKernel *KernelCache::get(const KernelSpec &spec,
   Entry *entry = this->entry(spec.key());
   std::call_once(entry->once, [&] {
     if (options_.useAot) {
-      const std::string key = spec.key();
       for (const AotKernel &k : aotKernels())
-        if (key == k.key) {
+        if (k.spec == spec) {
           entry->kernel.reset(new CompiledKernel());
           entry->kernel->entry_ = k.entry;
           entry->kernel->spec_ = spec;

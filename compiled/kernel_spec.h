@@ -60,12 +60,6 @@ struct KernelSpec {
   bool operator==(const KernelSpec &) const = default;
 };
 
-/// The symbol of a kernel compiled ahead of time (its C interface wrapper is
-/// `_mlir_ciface_` + this).
-inline std::string aotSymbolFor(const std::string &key) {
-  return "attnkit_aot_" + key;
-}
-
 /// The specialization of one compiled KV-append kernel: it copies the new
 /// tokens of one (batch, kv head) into the cache, in the cache's layout.
 struct AppendSpec {
