@@ -30,12 +30,12 @@
 #include <vector>
 
 #include "backends/registry.h"
-#include "bench/alloc_counter.h"
 #include "bench/calibration.h"
 #include "bench/output_check.h"
 #include "bench/run_data.h"
 #include "bench/stats.h"
 #include "reference/concat_kv.h"
+#include "runtime/accounting.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
 
@@ -363,8 +363,9 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
   const KvAppendArgs append{cache_k.view, cache_v.view, token_k.view,
                             token_v.view, position,     one};
 
-  // One step; returns bytes copied (from ConcatKv's return value, or by
-  // AppendKv's contract: only the new token is written).
+  // One step; returns the bytes it must have copied (ConcatKv's return value,
+  // or by AppendKv's contract only the new token), against which the warm-up
+  // checks what the step reported to the meter.
   auto step = [&]() -> StatusOr<int64_t> {
     AttentionArgs a;
     a.q = q.view;
@@ -384,11 +385,27 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
     return copied;
   };
 
-  // Warm-up step, then the checks: the cache holds context + token
-  // bit-exactly, and the attention output matches the oracle.
+  if (!accounting::AllocHooksInstalled()) {
+    return SetError(state, Status::FailedPrecondition(
+                               "allocation counts need attnkit_alloc_hooks "
+                               "linked into the benchmark binary"));
+  }
+
+  // Warm-up step, then the checks: the bytes the step reported to the meter
+  // are what it copied, the cache holds context + token bit-exactly, and the
+  // attention output matches the oracle.
   {
+    accounting::Meter meter;
     auto copied = step();
     if (!copied.ok()) return SetError(state, copied.status());
+    if (meter.Read().bytes_copied != *copied) {
+      return SetError(
+          state,
+          Status::FailedPrecondition(
+              "the step reported " + std::to_string(meter.Read().bytes_copied) +
+              " bytes copied to accounting::RecordCopy, expected " +
+              std::to_string(*copied)));
+    }
     AttentionArgs a{q.view, inplace ? cache_k.view : concat->K(0),
                     inplace ? cache_v.view : concat->V(0), TensorView{},
                     out.view};
@@ -421,8 +438,10 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
     if (!s.ok()) return SetError(state, s);
   }
 
-  uint64_t allocs = 0, alloc_bytes = 0;
-  int64_t copied_total = 0;
+  // One meter across the loop, read around each step only: the untimed
+  // concat rebuild allocates, and is not part of a step.
+  accounting::Meter meter;
+  int64_t allocs = 0, alloc_bytes = 0, copied_total = 0;
   for (auto _ : state) {
     if (!inplace) {
       state.PauseTiming();
@@ -433,16 +452,16 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
         break;
       }
     }
-    const AllocSnapshot before = AllocationsSoFar();
+    const accounting::Counts before = meter.Read();
     auto copied = step();
-    const AllocSnapshot after = AllocationsSoFar();
+    const accounting::Counts after = meter.Read();
     if (!copied.ok()) {
       SetError(state, copied.status());
       break;
     }
-    allocs += after.allocations - before.allocations;
-    alloc_bytes += after.bytes - before.bytes;
-    copied_total += *copied;
+    allocs += after.allocs - before.allocs;
+    alloc_bytes += after.bytes_allocated - before.bytes_allocated;
+    copied_total += after.bytes_copied - before.bytes_copied;
   }
   if (state.error_occurred()) return;
   using C = benchmark::Counter;
@@ -710,8 +729,9 @@ void AddContext(const Calibration& cal, bool interleaved) {
                               std::to_string(cal.fma_gflops_all));
   benchmark::AddCustomContext("calib_read_gbps_all",
                               std::to_string(cal.read_gbps_all));
-  benchmark::AddCustomContext("alloc_counter",
-                              CountsMalloc() ? "malloc+new" : "new");
+  benchmark::AddCustomContext("alloc_counter", accounting::AllocHooksInstalled()
+                                                   ? "malloc+new"
+                                                   : "none");
 }
 
 }  // namespace

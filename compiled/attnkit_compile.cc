@@ -5,6 +5,7 @@
 // Lengths (--batch --kv-len) are accepted for symmetry with the other
 // subcommands but never change the IR: sequence dims are dynamic. --q-len
 // picks the kernel family (decode below 4 rows), as the backend does.
+#include "compiled/aot.h"
 #include "compiled/ir_builder.h"
 #include "compiled/pipeline.h"
 
@@ -24,6 +25,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
+using namespace attnkit;
 using namespace attnkit::compiled;
 
 static cl::opt<std::string> stageOpt("stage",
@@ -85,27 +87,21 @@ int main(int argc, char **argv) {
   KernelSpec spec;
   spec.headDim = headDim;
   spec.group = heads / kvh;
-  llvm::StringRef mask = maskOpt;
-  if (mask == "none")
-    spec.mask = MaskType::kNone;
-  else if (mask == "causal")
-    spec.mask = MaskType::kCausal;
-  else if (mask == "bias")
-    spec.mask = MaskType::kBias;
-  else if (mask.starts_with("window"))
-    spec.mask = MaskType::kWindow; // W is a run-time argument
-  else
-    return fail("unknown --mask " + maskOpt);
-  if (dtypeOpt == "f32")
-    spec.elem = ElemType::kF32;
-  else if (dtypeOpt == "bf16")
-    spec.elem = ElemType::kBF16;
-  else
+  // --mask window:W: W is a run-time argument, the kernel is the same.
+  const std::string maskArg = maskOpt;
+  const std::string maskName = maskArg.substr(0, maskArg.find(':'));
+  std::optional<MaskKind> mask = ParseMaskKind(maskName);
+  if (!mask || (maskName != maskArg && *mask != MaskKind::kWindow))
+    return fail("unknown --mask " + maskArg);
+  spec.mask = *mask;
+  std::optional<DType> dtype = ParseDType(dtypeOpt);
+  if (!dtype)
     return fail("unknown --dtype " + dtypeOpt);
-  if (layoutOpt == "tv")
-    spec.vTransposed = true;
-  else if (layoutOpt != "bhsd" && layoutOpt != "bshd")
+  spec.elem = *dtype;
+  std::optional<KvLayout> layout = ParseKvLayout(layoutOpt);
+  if (!layout)
     return fail("unknown --layout " + layoutOpt);
+  spec.vTransposed = *layout == KvLayout::kTransposedV;
 
   spec.queryTile =
       queryTile.getNumOccurrences() ? queryTile : queryTileFor(qLen);
@@ -124,11 +120,12 @@ int main(int argc, char **argv) {
   options.flash.kvTile = kvTile;
   options.printIrAfterAll = printAfterAll;
   if (emitLlvmIr) {
-    // The AOT symbol: unique per specialization, so every default kernel
-    // links into one library (see aotSymbolFor).
-    module->walk([&](mlir::func::FuncOp fn) {
-      fn.setSymName(aotSymbolFor(spec.key()));
-    });
+    // The AOT symbol: the one aot.h gives the spec, which the kernel cache's
+    // registry links against (aot_registry.cc).
+    std::optional<std::string_view> symbol = aotSymbolFor(spec);
+    if (!symbol)
+      return fail(spec.key() + " is not listed in compiled/aot_kernels.inc");
+    module->walk([&](mlir::func::FuncOp fn) { fn.setSymName(*symbol); });
     *stage = Stage::kLLVM;
   }
   if (mlir::failed(lowerToStage(*module, *stage, options)))

@@ -15,21 +15,8 @@ namespace attnkit::compiled {
 KernelSpec specFor(const AttentionProblem &p) {
   KernelSpec s;
   s.headDim = p.head_dim;
-  s.elem = p.dtype == DType::kBF16 ? ElemType::kBF16 : ElemType::kF32;
-  switch (p.mask) {
-  case MaskKind::kNone:
-    s.mask = MaskType::kNone;
-    break;
-  case MaskKind::kCausal:
-    s.mask = MaskType::kCausal;
-    break;
-  case MaskKind::kWindow:
-    s.mask = MaskType::kWindow;
-    break;
-  case MaskKind::kBias:
-    s.mask = MaskType::kBias;
-    break;
-  }
+  s.elem = p.dtype;
+  s.mask = p.mask;
   s.vTransposed = p.layout == KvLayout::kTransposedV;
   s.group = p.group_size();
   int64_t maxQ = 0;
@@ -307,7 +294,7 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
 AppendSpec appendSpecFor(const TensorView &cache, const TensorView &tokens) {
   AppendSpec s;
   s.headDim = cache.shape[3];
-  s.elem = cache.dtype == DType::kBF16 ? ElemType::kBF16 : ElemType::kF32;
+  s.elem = cache.dtype;
   s.cacheUnit = cache.strides[3] == 1   ? AppendSpec::Unit::kDim
                 : cache.strides[2] == 1 ? AppendSpec::Unit::kSeq
                                         : AppendSpec::Unit::kNone;

@@ -3,6 +3,7 @@
 #include "compiled/aot.h"
 #include "compiled/jit.h"
 #include "harness/test_support.h"
+#include "runtime/accounting.h"
 #include "runtime/random.h"
 
 #include <gtest/gtest.h>
@@ -165,9 +166,11 @@ TEST(CompiledBackendTest, CachePrefixWithCapacityStrides) {
   }
 }
 
-// New lengths reuse the compiled kernel, and compiled code never touches the
-// heap (all tiles are stack buffers hoisted out of the loops).
+// New lengths reuse the compiled kernel, and a warmed call never touches the
+// heap: compiled code keeps all tiles in stack buffers hoisted out of the
+// loops, and the backend's workspaces are sized by the first call of a shape.
 TEST(CompiledBackendTest, NoRecompileForNewLengthsAndNoHeapAllocations) {
+  ASSERT_TRUE(accounting::AllocHooksInstalled());
   AttentionProblem p;
   p.head_dim = 32;
   p.mask = MaskKind::kCausal;
@@ -180,20 +183,51 @@ TEST(CompiledBackendTest, NoRecompileForNewLengthsAndNoHeapAllocations) {
     ASSERT_NE(globalKernelCache().get(specFor(p), err), nullptr) << err;
   }
   const int64_t compiles = globalKernelCache().compilations();
-  const int64_t allocs = jitAllocationCounters().allocs.load();
   for (int64_t len : {1, 17, 64, 65, 200}) {
     p.q_lens = {len};
     p.kv_lens = {len + 3};
+    SCOPED_TRACE(p.ToString());
     ExpectMatchesOracle(*backend, p, len);
+    auto data = AttentionData::Create(p);
+    ASSERT_TRUE(data.ok());
+    Rng values(len);
+    data->Fill(p, values);
+    accounting::Meter meter;
+    ASSERT_TRUE(backend->Attention(p, data->args()).ok());
+    EXPECT_EQ(meter.Read().allocs, 0);
   }
   EXPECT_EQ(globalKernelCache().compilations(), compiles);
-  EXPECT_EQ(jitAllocationCounters().allocs.load(), allocs);
+}
+
+// Compiled code allocates through the memref heap functions (the AOT objects
+// link them, the JIT maps them); they reach the one allocation meter, each
+// call counted once.
+extern "C" void *_mlir_memref_to_llvm_alloc(size_t size);
+extern "C" void *_mlir_memref_to_llvm_aligned_alloc(size_t alignment,
+                                                    size_t size);
+extern "C" void _mlir_memref_to_llvm_free(void *p);
+
+TEST(CompiledBackendTest, CompiledCodeAllocationsReachTheMeter) {
+  ASSERT_TRUE(accounting::AllocHooksInstalled());
+  accounting::Meter meter;
+  void *a = _mlir_memref_to_llvm_alloc(100);
+  void *b = _mlir_memref_to_llvm_aligned_alloc(64, 100);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 64, 0u);
+  _mlir_memref_to_llvm_free(a);
+  _mlir_memref_to_llvm_free(b);
+  const accounting::Counts c = meter.Read();
+  EXPECT_EQ(c.allocs, 2);
+  EXPECT_EQ(c.frees, 2);
+  // 100 bytes, and 100 rounded up to the 64-byte alignment.
+  EXPECT_EQ(c.bytes_allocated, 100 + 128);
 }
 
 // The compiled append is bit-exact with the portable strided one in every
 // cache layout and dtype, for ragged positions (one sequence appends nothing,
 // one fills the cache to capacity) and for contiguous and strided new
-// tokens; it writes nothing else (whole buffers compared) and its JIT'd code
+// tokens; it writes nothing else (whole buffers compared) and, warmed, it
 // allocates nothing.
 TEST(CompiledBackendTest, AppendKvBitExactWithStridedAppend) {
   const std::array<int64_t, 4> cache{3, 2, 40, 24}, fresh{3, 2, 5, 24};
@@ -232,9 +266,16 @@ TEST(CompiledBackendTest, AppendKvBitExactWithStridedAppend) {
         KvAppendArgs ref{kc[0].view, vc[0].view, nk.view, nv.view, pos, lens};
         KvAppendArgs got{kc[1].view, vc[1].view, nk.view, nv.view, pos, lens};
         AppendKvStrided(ref);
-        const int64_t allocs = jitAllocationCounters().allocs.load();
+        // The first append of a spec compiles (and allocates); warm the
+        // backend on a third cache of the same layout, then measure.
+        Tensor kw = Tensor::Allocate(dtype, cache, kc[0].view.strides);
+        Tensor vw = Tensor::Allocate(dtype, cache, vc[0].view.strides);
+        ASSERT_TRUE(
+            backend->AppendKv({kw.view, vw.view, nk.view, nv.view, pos, lens})
+                .ok());
+        accounting::Meter meter;
         ASSERT_TRUE(backend->AppendKv(got).ok());
-        EXPECT_EQ(jitAllocationCounters().allocs.load(), allocs);
+        EXPECT_EQ(meter.Read().allocs, 0);
         EXPECT_EQ(std::memcmp(kc[0].buffer.data(), kc[1].buffer.data(),
                               kc[0].buffer.size()),
                   0);
@@ -332,6 +373,38 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
                   1e-6f * std::max(1.0f, std::fabs(outJit[i])))
           << "element " << i;
   }
+}
+
+// Every kernel of compiled/aot_kernels.inc (the list CMake compiled) is
+// served by the kernel cache for the spec the backend computes from a problem
+// of that shape, with no JIT compile: a kernel the lookup missed would
+// silently be JIT-compiled instead.
+TEST(CompiledBackendTest, EveryListedAotKernelIsServedWithoutJit) {
+  if (aotKernels().empty())
+    GTEST_SKIP() << "built with ATTNKIT_AOT_KERNELS=OFF";
+  EXPECT_EQ(aotKernels().size(), std::size(kAotKernelList));
+  KernelCache cache;
+  for (const AotListed &listed : kAotKernelList) {
+    AttentionProblem p;
+    p.q_heads = listed.spec.group;
+    p.kv_heads = 1;
+    p.head_dim = listed.spec.headDim;
+    p.dtype = listed.spec.elem;
+    p.mask = listed.spec.mask;
+    if (p.mask == MaskKind::kWindow)
+      p.window = 8;
+    p.q_lens = {listed.spec.queryTile};
+    p.kv_lens = {100};
+    ASSERT_TRUE(p.Validate().ok()) << p.ToString();
+    const KernelSpec spec = specFor(p);
+    SCOPED_TRACE(spec.key());
+    EXPECT_EQ(spec, listed.spec) << listed.spec.key();
+    std::string err;
+    const CompiledKernel *kernel = cache.get(spec, err);
+    ASSERT_NE(kernel, nullptr) << err;
+    EXPECT_TRUE(kernel->aot());
+  }
+  EXPECT_EQ(cache.compilations(), 0);
 }
 
 TEST(CompiledBackendTest, KernelCacheIsThreadSafe) {

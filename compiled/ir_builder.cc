@@ -94,7 +94,7 @@ OwningOpRef<ModuleOp> NaiveBuilder::build() {
 
   const int64_t g = spec_.group, d = spec_.headDim;
   Type f32 = b_.getF32Type();
-  Type elem = spec_.elem == ElemType::kF32 ? f32 : b_.getBF16Type();
+  Type elem = spec_.elem == DType::kF32 ? f32 : b_.getBF16Type();
   Type index = b_.getIndexType();
 
   MemRefType qTy = stridedMemRef({g, kDyn, d}, elem);
@@ -151,7 +151,7 @@ OwningOpRef<ModuleOp> NaiveBuilder::build() {
   // Score modifier: scale, additive bias, causal/window mask (-inf).
   SmallVector<Value> modIns{s};
   SmallVector<AffineMap> modMaps{map(3, {0, 1, 2})};
-  if (spec_.mask == MaskType::kBias) {
+  if (spec_.mask == MaskKind::kBias) {
     modIns.push_back(toTensor(biasM));
     modMaps.push_back(map(3, {0, 1, 2}));
   }
@@ -164,16 +164,16 @@ OwningOpRef<ModuleOp> NaiveBuilder::build() {
           ArrayRef<IteratorType>{kPar, kPar, kPar},
           [&](OpBuilder &b, Location loc, ValueRange a) {
             Value x = arith::MulFOp::create(b, loc, a[0], scale);
-            if (spec_.mask == MaskType::kBias)
+            if (spec_.mask == MaskKind::kBias)
               x = arith::AddFOp::create(b, loc, x, a[1]);
-            if (spec_.mask == MaskType::kCausal ||
-                spec_.mask == MaskType::kWindow) {
+            if (spec_.mask == MaskKind::kCausal ||
+                spec_.mask == MaskKind::kWindow) {
               Value i = linalg::IndexOp::create(b, loc, 1);
               Value j = linalg::IndexOp::create(b, loc, 2);
               Value pos = arith::AddIOp::create(b, loc, i, p0);
               Value keep = arith::CmpIOp::create(
                   b, loc, arith::CmpIPredicate::sle, j, pos);
-              if (spec_.mask == MaskType::kWindow) {
+              if (spec_.mask == MaskKind::kWindow) {
                 Value lo = arith::SubIOp::create(b, loc, pos, window);
                 Value inWin = arith::CmpIOp::create(
                     b, loc, arith::CmpIPredicate::sgt, j, lo);
@@ -326,8 +326,8 @@ OwningOpRef<ModuleOp> buildKvAppend(MLIRContext &ctx, const AppendSpec &spec) {
   OwningOpRef<ModuleOp> module = ModuleOp::create(b);
   b.setInsertionPointToEnd(module->getBody());
   const int64_t d = spec.headDim;
-  Type elem = spec.elem == ElemType::kF32 ? Type(b.getF32Type())
-                                          : Type(b.getBF16Type());
+  Type elem =
+      spec.elem == DType::kF32 ? Type(b.getF32Type()) : Type(b.getBF16Type());
   auto memref4 = [&](int64_t unitDim) {
     SmallVector<int64_t> strides(4, kDyn);
     if (unitDim >= 0)

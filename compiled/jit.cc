@@ -22,32 +22,7 @@
 
 namespace attnkit::compiled {
 
-AllocationCounters &jitAllocationCounters() {
-  static AllocationCounters counters;
-  return counters;
-}
-
 namespace {
-
-// Targets of `finalize-memref-to-llvm{use-generic-functions=1}`: every heap
-// allocation of compiled code is counted here.
-void *countingAlloc(size_t size) {
-  AllocationCounters &c = jitAllocationCounters();
-  c.allocs.fetch_add(1, std::memory_order_relaxed);
-  c.bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
-  return std::malloc(size);
-}
-void *countingAlignedAlloc(size_t alignment, size_t size) {
-  AllocationCounters &c = jitAllocationCounters();
-  c.allocs.fetch_add(1, std::memory_order_relaxed);
-  c.bytes.fetch_add(static_cast<int64_t>(size), std::memory_order_relaxed);
-  return std::aligned_alloc(alignment,
-                            (size + alignment - 1) / alignment * alignment);
-}
-void countingFree(void *p) {
-  jitAllocationCounters().frees.fetch_add(1, std::memory_order_relaxed);
-  std::free(p);
-}
 
 /// CPU time of the calling thread: on this shared machine wall time of a
 /// compile mostly measures the other processes.
@@ -68,14 +43,18 @@ void initNativeTargetOnce() {
 
 } // namespace
 
-// The same hooks under their own names for the AOT objects, which reference
-// them directly (the JIT maps them explicitly, see registerSymbols).
+// Targets of `finalize-memref-to-llvm{use-generic-functions=1}`: the AOT
+// objects link them, the JIT maps them (registerSymbols below). They forward to
+// malloc/free and count nothing themselves: in a binary that measures, the
+// allocation hooks (runtime/accounting.h) count compiled code's allocations
+// with everyone else's, once.
 extern "C" {
-void *_mlir_memref_to_llvm_alloc(size_t size) { return countingAlloc(size); }
+void *_mlir_memref_to_llvm_alloc(size_t size) { return std::malloc(size); }
 void *_mlir_memref_to_llvm_aligned_alloc(size_t alignment, size_t size) {
-  return countingAlignedAlloc(alignment, size);
+  return std::aligned_alloc(alignment,
+                            (size + alignment - 1) / alignment * alignment);
 }
-void _mlir_memref_to_llvm_free(void *p) { countingFree(p); }
+void _mlir_memref_to_llvm_free(void *p) { std::free(p); }
 }
 
 struct CompiledKernel::Impl {
@@ -145,9 +124,10 @@ CompiledKernel::jitLowered(mlir::ModuleOp module, const std::string &symbol,
       map[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(fn),
                              llvm::JITSymbolFlags::Exported};
     };
-    add("_mlir_memref_to_llvm_alloc", &countingAlloc);
-    add("_mlir_memref_to_llvm_aligned_alloc", &countingAlignedAlloc);
-    add("_mlir_memref_to_llvm_free", &countingFree);
+    add("_mlir_memref_to_llvm_alloc", &_mlir_memref_to_llvm_alloc);
+    add("_mlir_memref_to_llvm_aligned_alloc",
+        &_mlir_memref_to_llvm_aligned_alloc);
+    add("_mlir_memref_to_llvm_free", &_mlir_memref_to_llvm_free);
     return map;
   });
   auto start = std::chrono::steady_clock::now();
@@ -283,9 +263,8 @@ const CompiledKernel *KernelCache::get(const KernelSpec &spec,
   Entry *entry = this->entry(spec.key());
   std::call_once(entry->once, [&] {
     if (options_.useAot) {
-      const std::string key = spec.key();
       for (const AotKernel &k : aotKernels())
-        if (key == k.key) {
+        if (k.spec == spec) {
           entry->kernel.reset(new CompiledKernel());
           entry->kernel->entry_ = k.entry;
           entry->kernel->spec_ = spec;

@@ -59,16 +59,6 @@ struct CompilePhases {
   double cpuMillis = 0;     // CPU time of the whole compile (one thread)
 };
 
-/// Heap allocations made by compiled code (through the
-/// `_mlir_memref_to_llvm_alloc` / `_free` hooks); the kernels are expected to
-/// make none.
-struct AllocationCounters {
-  std::atomic<int64_t> allocs{0};
-  std::atomic<int64_t> frees{0};
-  std::atomic<int64_t> bytes{0};
-};
-AllocationCounters &jitAllocationCounters();
-
 /// One JIT-compiled specialization. Immutable after creation; `fn` may be
 /// called concurrently from any number of threads.
 class CompiledKernel {

@@ -1,15 +1,17 @@
 // The specialization key of one compiled attention kernel. Plain C++ (no MLIR
-// headers) so the backend and the kernel cache can use it cheaply.
+// headers) so the backend and the kernel cache can use it cheaply. Dtypes and
+// masks are the runtime's own enums: the kernels are specialized on exactly
+// the problem's vocabulary, with nothing to translate.
 #ifndef ATTNKIT_COMPILED_KERNEL_SPEC_H_
 #define ATTNKIT_COMPILED_KERNEL_SPEC_H_
+
+#include "runtime/dtype.h"
+#include "runtime/problem.h"
 
 #include <cstdint>
 #include <string>
 
 namespace attnkit::compiled {
-
-enum class ElemType { kF32, kBF16 };
-enum class MaskType { kNone, kCausal, kWindow, kBias };
 
 /// Below this many query rows per sequence the decode kernel (query tile 1)
 /// wins: it reads K/V once per query row; the wide kernel reads them once per
@@ -28,8 +30,8 @@ inline int64_t queryTileFor(int64_t maxQueries) {
 /// a new length never recompiles.
 struct KernelSpec {
   int64_t headDim = 64;
-  ElemType elem = ElemType::kF32;
-  MaskType mask = MaskType::kNone;
+  DType elem = DType::kF32;
+  MaskKind mask = MaskKind::kNone;
   /// V stored as [head_dim, seq] (seq stride 1), the "transposed V" layout.
   bool vTransposed = false;
   /// Query heads sharing one KV head (GQA); 1 = MHA.
@@ -40,12 +42,13 @@ struct KernelSpec {
   int64_t queryTile = 16;
 
   std::string key() const {
-    static constexpr const char *kMask[] = {"none", "causal", "window", "bias"};
     // Appends rather than operator+ chains: GCC 12 -Wrestrict false positive.
     std::string k = "d";
     k += std::to_string(headDim);
-    k += elem == ElemType::kF32 ? "_f32_" : "_bf16_";
-    k += kMask[static_cast<int>(mask)];
+    k += '_';
+    k += DTypeName(elem);
+    k += '_';
+    k += MaskKindName(mask);
     k += vTransposed ? "_vt_g" : "_v_g";
     k += std::to_string(group);
     if (queryTile != 16) {
@@ -57,17 +60,11 @@ struct KernelSpec {
   bool operator==(const KernelSpec &) const = default;
 };
 
-/// The symbol of a kernel compiled ahead of time (its C interface wrapper is
-/// `_mlir_ciface_` + this).
-inline std::string aotSymbolFor(const std::string &key) {
-  return "attnkit_aot_" + key;
-}
-
 /// The specialization of one compiled KV-append kernel: it copies the new
 /// tokens of one (batch, kv head) into the cache, in the cache's layout.
 struct AppendSpec {
   int64_t headDim = 64;
-  ElemType elem = ElemType::kF32;
+  DType elem = DType::kF32;
   /// Cache layout: unit stride along head_dim (BHSD, BSHD and K of
   /// transposed-V), along the sequence (V of transposed-V), or neither.
   enum class Unit { kDim, kSeq, kNone };
@@ -79,7 +76,9 @@ struct AppendSpec {
     static constexpr const char *kUnit[] = {"dim", "seq", "none"};
     std::string k = "append_d";
     k += std::to_string(headDim);
-    k += elem == ElemType::kF32 ? "_f32_cache_" : "_bf16_cache_";
+    k += '_';
+    k += DTypeName(elem);
+    k += "_cache_";
     k += kUnit[static_cast<int>(cacheUnit)];
     k += tokensDimUnit ? "_tok_dim" : "_tok_none";
     return k;
