@@ -618,6 +618,32 @@ void RegisterAll() {
       }
     }
 
+    // Decode with one KV head and one sequence (multi-query, hq 8): fewer
+    // (sequence, KV head) items than threads, so the fast backends split the
+    // keys across threads and merge the partial softmaxes -- the only
+    // family that times that path.
+    for (int64_t kv : Grid({4096, 16384, 65536}, {16384})) {
+      AttentionProblem p = DecodeProblem(kv, DType::kF32, 1);
+      p.q_heads = 8;
+      p.kv_heads = 1;
+      if (Status sup = backend.Supports(p); !sup.ok()) {
+        Skip("decode_split/" + name + "/" + p.ToString(), sup.ToString());
+        continue;
+      }
+      benchmark::RegisterBenchmark(
+          ("decode_split/" + name).c_str(),
+          [ip, p](benchmark::State& st) {
+            RunAttention(
+                st,
+                "decode_split/" + std::string(ip->name) + "/" + p.ToString(),
+                SharedBackend(*ip), p, true);
+          })
+          ->ArgNames({"kv_len"})
+          ->Arg(kv)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+
     // Decode paired with the read bandwidth: the target point (kv 16k).
     for (int64_t bf : Grid({0, 1}, {1})) {
       const AttentionProblem p =
