@@ -1,13 +1,10 @@
 #include "compiled/compiled_backend.h"
 
 #include "runtime/accounting.h"
-
-#include <omp.h>
+#include "runtime/parallel.h"
+#include "runtime/split_kv.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <limits>
 #include <vector>
 
 namespace attnkit::compiled {
@@ -39,9 +36,6 @@ namespace {
 /// enough that K/V tiles are reused, small enough that prefill splits into
 /// many items for the 2 cores.
 constexpr int64_t kRowsPerItem = 64;
-/// Split-KV (flash-decoding) below this many items per thread, with at least
-/// this many keys per split so the partial merge stays negligible.
-constexpr int64_t kMinKeysPerSplit = 512;
 /// The largest GQA group (query heads per KV head) the compiled kernels take.
 constexpr int64_t kMaxGroup = 128;
 
@@ -51,7 +45,7 @@ struct WorkItem {
   int64_t b, kvh, i0, rows, j0, j1;
   int64_t split = -1; // -1: the item writes `out` directly
   int64_t splits = 1;
-  int64_t slot = 0; // partial storage, in units of G * kRowsPerItem rows
+  int64_t slot = 0; // its partial block; a group's blocks are consecutive
 };
 
 /// Element offset of [b, h, s, x] (no bounds asserts: extents may be 0).
@@ -60,12 +54,11 @@ int64_t at(const TensorView &t, int64_t b, int64_t h, int64_t s, int64_t x) {
          x * t.strides[3];
 }
 
-/// Per-thread scratch, grown on first use for a shape and reused after.
-struct Scratch {
-  std::vector<float> lse;
-  std::vector<float> partOut; // split-KV partial outputs [splits][G][rows][D]
-  std::vector<float> partLse; // [splits][G][rows]
-};
+/// Where split item slots keep their partial: o rows r = gi * rows + i of
+/// the G query heads, stride D, as the kernel's out memref writes them.
+PartialLayout partialLayoutFor(int64_t g, int64_t d) {
+  return {g * kRowsPerItem, d};
+}
 
 class CompiledBackend final : public Backend {
 public:
@@ -93,7 +86,10 @@ public:
   Status AppendKv(const KvAppendArgs &a) override;
 
 private:
-  std::vector<Scratch> scratch_;
+  /// Per-thread LSE output of unsplit items (the kernel always writes one).
+  std::vector<std::vector<float>> lse_;
+  /// Split partial blocks, one per split item.
+  std::vector<float> partials_;
   std::vector<std::pair<AppendSpec, AppendFn>> appendKernels_;
   // Kernels this backend has used, so a warmed-up call skips the cache's key
   // string (an allocation) and mutex.
@@ -101,6 +97,7 @@ private:
   // Reused across calls (clear() keeps the capacity): no allocation once a
   // shape has been seen.
   std::vector<WorkItem> items_;
+  std::vector<int64_t> merges_; // the first split item of each split group
 };
 
 template <int N>
@@ -136,39 +133,35 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
                                  std::to_string(args.bias.strides[3]));
 
   const int64_t g = p.group_size(), d = p.head_dim;
-  const int threads = omp_get_max_threads();
+  const int threads = MaxThreads();
 
   // Work items: query blocks of every (sequence, kv head); decode-like
   // problems with fewer items than threads split the keys instead.
   std::vector<WorkItem> &items = items_;
   items.clear();
+  merges_.clear();
   int64_t blocks = 0;
   for (int64_t b = 0; b < p.batch; ++b)
     blocks += p.kv_heads * ((p.q_lens[b] + kRowsPerItem - 1) / kRowsPerItem);
-  const bool splitKv = blocks < threads;
+  const KvSplitPlan plan = PlanKvSplits(blocks, threads, p.max_kv_len());
   int64_t slots = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t ql = p.q_lens[b], kl = p.kv_lens[b];
+    const int64_t splits = plan.SplitsFor(kl);
     for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh)
       for (int64_t i0 = 0; i0 < ql; i0 += kRowsPerItem) {
         const int64_t rows = std::min(kRowsPerItem, ql - i0);
-        int64_t splits = 1;
-        if (splitKv)
-          splits = std::clamp<int64_t>(kl / kMinKeysPerSplit, 1,
-                                       (threads + blocks - 1) / blocks);
-        const int64_t per = (kl + splits - 1) / splits;
+        if (splits == 1) {
+          items.push_back({b, kvh, i0, rows, 0, kl});
+          continue;
+        }
+        merges_.push_back(static_cast<int64_t>(items.size()));
         for (int64_t s = 0; s < splits; ++s) {
-          WorkItem w{b,
-                     kvh,
-                     i0,
-                     rows,
-                     std::min(kl, s * per),
-                     std::min(kl, (s + 1) * per)};
-          if (splits > 1) {
-            w.split = s;
-            w.splits = splits;
-            w.slot = slots++;
-          }
+          const KeyRange keys = plan.Range({0, kl}, s);
+          WorkItem w{b, kvh, i0, rows, keys.begin, keys.end};
+          w.split = s;
+          w.splits = splits;
+          w.slot = slots++;
           items.push_back(w);
         }
       }
@@ -176,20 +169,16 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
   if (items.empty())
     return Status::Ok();
 
-  if (static_cast<int>(scratch_.size()) < threads)
-    scratch_.resize(threads);
+  if (static_cast<int>(lse_.size()) < threads)
+    lse_.resize(threads);
   const size_t rowsMax = static_cast<size_t>(g * kRowsPerItem);
-  for (Scratch &s : scratch_) {
-    if (s.lse.size() < rowsMax)
-      s.lse.resize(rowsMax);
-  }
-  // Split partials live in thread 0's scratch, one slot per split item.
-  Scratch &shared = scratch_[0];
-  const size_t need = static_cast<size_t>(slots * g * kRowsPerItem);
-  if (shared.partLse.size() < need)
-    shared.partLse.resize(need);
-  if (shared.partOut.size() < need * d)
-    shared.partOut.resize(need * d);
+  for (std::vector<float> &lse : lse_)
+    if (lse.size() < rowsMax)
+      lse.resize(rowsMax);
+  const PartialLayout layout = partialLayoutFor(g, d);
+  const size_t need = static_cast<size_t>(slots) * layout.floats();
+  if (partials_.size() < need)
+    partials_.resize(need);
 
   const float scale = p.EffectiveScale();
   const int64_t window = p.window;
@@ -197,13 +186,9 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
                    &out = args.out;
   AttentionFn fn = kernel->fn();
   const bool vt = spec.vTransposed;
-  const int64_t nItems = static_cast<int64_t>(items.size());
 
-  // Items are handed out through one atomic counter, not `omp for
-  // schedule(dynamic)`: LLVM's OpenMP runtime (the process's libgomp.so.1
-  // through MLIR's RUNPATH) mallocs on every dynamic loop start, and the
-  // decode meter requires zero allocations per step.
-  auto runItem = [&](const WorkItem &w, Scratch &mine) {
+  auto runItem = [&](int64_t it, int thread) {
+    const WorkItem &w = items[it];
     const int64_t h0 = w.kvh * g; // first query head of the group
     const int64_t n = w.j1 - w.j0;
     const int64_t p0 = p.kv_lens[w.b] - p.q_lens[w.b] + w.i0 - w.j0;
@@ -225,66 +210,36 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
                        w.j0 * bias.strides[3],
                    {g, w.rows, n}, {hs, bias.strides[2], 1});
     }
-    MemRefDesc<3> od;
-    MemRefDesc<2> ld;
     if (w.split < 0) {
-      od = desc<3>(out.data, at(out, w.b, h0, 0, 0) + w.i0 * out.strides[2],
-                   {g, w.rows, d}, {out.strides[1], out.strides[2], 1});
-      ld = desc<2>(mine.lse.data(), 0, {g, w.rows}, {w.rows, 1});
-    } else {
-      const int64_t slot = w.slot * g * kRowsPerItem;
-      od = desc<3>(shared.partOut.data(), slot * d, {g, w.rows, d},
-                   {w.rows * d, d, 1});
-      ld = desc<2>(shared.partLse.data(), slot, {g, w.rows}, {w.rows, 1});
+      auto od =
+          desc<3>(out.data, at(out, w.b, h0, 0, 0) + w.i0 * out.strides[2],
+                  {g, w.rows, d}, {out.strides[1], out.strides[2], 1});
+      auto ld = desc<2>(lse_[thread].data(), 0, {g, w.rows}, {w.rows, 1});
+      fn(&qd, &kd, &vd, &bd, &od, &ld, scale, p0, window);
+      return;
     }
+    // The kernel writes the normalized output into the block's o rows and
+    // its LSE into the m slots; PartialFromLse turns that into the layout.
+    float *block = partials_.data() + w.slot * layout.floats();
+    auto od = desc<3>(block, 0, {g, w.rows, d}, {w.rows * d, d, 1});
+    auto ld =
+        desc<2>(block, layout.rows * layout.stride, {g, w.rows}, {w.rows, 1});
     fn(&qd, &kd, &vd, &bd, &od, &ld, scale, p0, window);
+    PartialFromLse(layout, block, g * w.rows);
   };
-  std::atomic<int64_t> next{0};
-  auto runItems = [&](Scratch &mine) {
-    for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < nItems;
-         it = next.fetch_add(1, std::memory_order_relaxed))
-      runItem(items[it], mine);
-  };
-  if (threads > 1 && nItems > 1) {
-#pragma omp parallel
-    runItems(scratch_[omp_get_thread_num()]);
-  } else {
-    runItems(scratch_[0]);
-  }
+  ForEachItem(static_cast<int64_t>(items.size()), threads, runItem);
 
-  // Merge the partial (out, lse) pairs of each split item group:
-  // out = sum_s exp(lse_s - lse) out_s with lse = log sum_s exp(lse_s); a row
-  // whose partials are all -inf (no visible key) stays zeros.
-  for (int64_t it = 0; it < nItems; ++it) {
-    const WorkItem &w = items[it];
-    if (w.split != 0)
-      continue;
-    const int64_t rowsAll = g * w.rows;
-    auto lseOf = [&](int64_t s, int64_t r) {
-      return shared.partLse[items[it + s].slot * g * kRowsPerItem + r];
-    };
-    for (int64_t r = 0; r < rowsAll; ++r) {
-      const int64_t gi = r / w.rows, i = r % w.rows;
-      float *o = static_cast<float *>(out.data) +
-                 at(out, w.b, w.kvh * g + gi, w.i0 + i, 0);
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < w.splits; ++s)
-        mx = std::max(mx, lseOf(s, r));
-      std::fill(o, o + d, 0.0f);
-      if (mx == -std::numeric_limits<float>::infinity())
-        continue;
-      float wsum = 0;
-      for (int64_t s = 0; s < w.splits; ++s)
-        wsum += std::exp(lseOf(s, r) - mx);
-      for (int64_t s = 0; s < w.splits; ++s) {
-        const float wgt = std::exp(lseOf(s, r) - mx) / wsum;
-        const float *po = shared.partOut.data() +
-                          (items[it + s].slot * g * kRowsPerItem + r) * d;
-        for (int64_t x = 0; x < d; ++x)
-          o[x] += wgt * po[x];
-      }
-    }
-  }
+  ForEachItem(
+      static_cast<int64_t>(merges_.size()), threads, [&](int64_t m, int) {
+        const WorkItem &w = items[merges_[m]];
+        const float *first = partials_.data() + w.slot * layout.floats();
+        for (int64_t r = 0; r < g * w.rows; ++r) {
+          const int64_t gi = r / w.rows, i = r % w.rows;
+          float *o = static_cast<float *>(out.data) +
+                     at(out, w.b, w.kvh * g + gi, w.i0 + i, 0);
+          MergePartialRow(layout, first, w.splits, r, d, o);
+        }
+      });
   return Status::Ok();
 }
 
@@ -352,18 +307,8 @@ Status CompiledBackend::AppendKv(const KvAppendArgs &a) {
       MemRefDesc<4> c = cd, t = td;
       fn(&c, &t, b, h, a.positions[b], a.new_lens[b]);
     };
-    // Serial appends skip the parallel region entirely: LLVM's OpenMP
-    // runtime allocates even for a `parallel if(false)` region.
-    if (elems >= kParallelAppendElems) {
-#pragma omp parallel for collapse(2)
-      for (int64_t b = 0; b < batch; ++b)
-        for (int64_t h = 0; h < heads; ++h)
-          copyHead(b, h);
-    } else {
-      for (int64_t b = 0; b < batch; ++b)
-        for (int64_t h = 0; h < heads; ++h)
-          copyHead(b, h);
-    }
+    ForEachItem(batch * heads, elems >= kParallelAppendElems ? MaxThreads() : 1,
+                [&](int64_t t, int) { copyHead(t / heads, t % heads); });
   }
   accounting::RecordCopy(AppendedBytes(a));
   return Status::Ok();

@@ -568,10 +568,11 @@ struct Flash {
     for (int64_t r = 0; r < rows.n; ++r) {
       const float lr = ws[L.l + r];
       if (job.partial != nullptr) {
-        float* po = job.partial + r * PaddedDim(d);
+        const PartialLayout pl = PartialLayoutFor(d);
+        float* po = pl.o(job.partial, r);
         for (int64_t e = 0; e < d; ++e) po[e] = ot[e * rp + r];
-        job.partial[kMaxRows * PaddedDim(d) + r] = ws[L.m + r];
-        job.partial[kMaxRows * PaddedDim(d) + kMaxRows + r] = lr;
+        *pl.m(job.partial, r) = ws[L.m + r];
+        *pl.l(job.partial, r) = lr;
         continue;
       }
       float* out =
@@ -1156,10 +1157,11 @@ struct Flash {
     for (int64_t r = 0; r < R; ++r) {
       const float* orow = o + r * De;
       if (job.partial != nullptr) {
-        float* po = job.partial + r * PaddedDim(d);
+        const PartialLayout pl = PartialLayoutFor(d);
+        float* po = pl.o(job.partial, r);
         for (int64_t e = 0; e < d; ++e) po[e] = orow[e];
-        job.partial[kMaxRows * PaddedDim(d) + r] = m[r];
-        job.partial[kMaxRows * PaddedDim(d) + kMaxRows + r] = l[r];
+        *pl.m(job.partial, r) = m[r];
+        *pl.l(job.partial, r) = l[r];
         continue;
       }
       float* out =

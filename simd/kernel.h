@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "runtime/problem.h"
+#include "runtime/split_kv.h"
 #include "simd/simd_backend.h"
 #include "xsimd/config/xsimd_arch.hpp"
 
@@ -55,10 +56,11 @@ struct WorkspaceLayout {
 };
 WorkspaceLayout ComputeLayout(int64_t head_dim);
 
-// A split-KV partial result: unnormalized O [kMaxRows][PaddedDim], then the
-// running max m (log2 units) and sum l [kMaxRows] each.
-constexpr size_t PartialFloats(int64_t head_dim) {
-  return static_cast<size_t>(kMaxRows * (PaddedDim(head_dim) + 2));
+// Where a split-KV job writes its partial result (BlockJob::partial): the
+// unnormalized O of row r, its running max m (log2 units) and sum l, exactly
+// the online softmax's state at the end of the job.
+constexpr PartialLayout PartialLayoutFor(int64_t head_dim) {
+  return {kMaxRows, PaddedDim(head_dim)};
 }
 
 // One work item: rows (queries i0..i0+qn) x (heads g0..g0+gn of kv head kvh)
@@ -74,7 +76,7 @@ struct BlockJob {
   int64_t nkv = 1;
   int64_t kv_begin = 0, kv_end = 0;
   float c = 1.0f;            // scale * log2(e): logits in log2 units, exp2
-  float* partial = nullptr;  // null: write args.out; else PartialFloats
+  float* partial = nullptr;  // null: write args.out; else PartialLayoutFor
 };
 
 struct KernelOps {

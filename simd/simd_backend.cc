@@ -1,16 +1,13 @@
 #include "simd/simd_backend.h"
 
-#include <omp.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "runtime/accounting.h"
+#include "runtime/parallel.h"
+#include "runtime/split_kv.h"
 #include "simd/kernel.h"
 
 namespace attnkit::simd {
@@ -19,24 +16,21 @@ namespace {
 using internal::BlockJob;
 using internal::KernelOps;
 
-// Split-KV only pays when each split still streams enough keys to hide the
-// partial write and merge: 512 keys x d 128 x f32 = 256 KiB of K+V.
-constexpr int64_t kMinKeysPerSplit = 512;
 // Below ~1 MFLOP the OpenMP fork/join (~2-5 us on 2 cores) costs more than
 // the work.
 constexpr double kMinParallelFlops = 1e6;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// How one call is cut into work items. Item t (of total_base * splits):
-// split t % splits of base item t / splits; base items of sequence b start at
-// item_begin[b] and enumerate (query block, kv head, head block) with the
-// query blocks from last to first, so the costliest causal blocks start
-// first under the dynamic schedule.
+// How one call is cut into work items. Item t (of total_base * kv.splits):
+// split t % kv.splits of base item t / kv.splits; base items of sequence b
+// start at item_begin[b] and enumerate (query block, kv head, head block)
+// with the query blocks from last to first, so the costliest causal blocks
+// are handed out first.
 struct Plan {
   int64_t gn = 1, gblocks = 1, qn = 1;
   int64_t nkv = 1;  // kv heads per item (BlockJob::nkv)
-  int64_t splits = 1;
+  KvSplitPlan kv;
   int64_t total_base = 0;
 };
 
@@ -118,19 +112,8 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   }
   item_begin_[p.batch] = total;
   plan.total_base = total;
-  if (options_.force_kv_splits > 0) {
-    plan.splits = options_.force_kv_splits;
-  } else if (total > 0 && total < threads) {
-    // Flash-decoding: too few items for the cores, so cut each item's keys.
-    // Not when items >= threads: decode Hq32/Hkv8 kv_len 16k on 2 threads
-    // measured 51% of the read bandwidth unsplit vs 24-36% with 8 or 32
-    // splits (head-major or split-major item order alike), because the merge
-    // is a second parallel region, and on a loaded machine every region
-    // waits for both threads to be scheduled.
-    const int64_t want = CeilDiv(2 * threads, total);
-    plan.splits = std::clamp<int64_t>(
-        std::min(want, p.max_kv_len() / kMinKeysPerSplit), 1, 64);
-  }
+  plan.kv =
+      PlanKvSplits(total, threads, p.max_kv_len(), options_.force_kv_splits);
   return plan;
 }
 
@@ -167,10 +150,11 @@ Status SimdBackend::Attention(const AttentionProblem& p,
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
   if (ops_ == nullptr) return Unavailable();
   const int max_threads =
-      options_.num_threads > 0 ? options_.num_threads : omp_get_max_threads();
+      options_.num_threads > 0 ? options_.num_threads : MaxThreads();
   const Plan plan = MakePlan(p, max_threads);
   if (plan.total_base == 0) return Status::Ok();
-  const int64_t items = plan.total_base * plan.splits;
+  const int64_t splits = plan.kv.splits;
+  const int64_t items = plan.total_base * splits;
   const int threads = static_cast<int>(std::min<int64_t>(
       p.Flops() < kMinParallelFlops ? 1 : max_threads, items));
 
@@ -184,8 +168,8 @@ Status SimdBackend::Attention(const AttentionProblem& p,
       workspaces_[t] = AlignedBuffer(ws_bytes);
     }
   }
-  const size_t partial_floats = internal::PartialFloats(p.head_dim);
-  if (plan.splits > 1) {
+  const size_t partial_floats = internal::PartialLayoutFor(p.head_dim).floats();
+  if (splits > 1) {
     const size_t bytes =
         static_cast<size_t>(items) * partial_floats * sizeof(float);
     if (partials_.size() < bytes) partials_ = AlignedBuffer(bytes);
@@ -194,56 +178,32 @@ Status SimdBackend::Attention(const AttentionProblem& p,
   const float c = p.EffectiveScale() * 1.4426950408889634f;
   float* partials = static_cast<float*>(partials_.data());
 
-  // Work items are handed out through one atomic counter rather than
-  // `omp for schedule(dynamic)`: LLVM's OpenMP runtime (which MLIR's RUNPATH
-  // makes the process's libgomp.so.1) mallocs a dispatch buffer on every
-  // dynamic loop start, i.e. allocations on every decode step. Causal items
-  // are ordered costliest first, so first-come-first-served balances them.
-  std::atomic<int64_t> next{0};
-  auto run_items = [&](float* ws) {
-    for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < items;
-         t = next.fetch_add(1, std::memory_order_relaxed)) {
-      BlockJob job = BaseJob(p, plan, t / plan.splits);
-      job.a = &args;
-      job.c = c;
-      const KeyRange keys = ItemKeys(p, job);
-      job.kv_begin = keys.begin;
-      job.kv_end = keys.end;
-      if (plan.splits > 1) {
-        const int64_t s = t % plan.splits;
-        const int64_t n = std::max<int64_t>(0, keys.end - keys.begin);
-        const int64_t chunk =
-            CeilDiv(CeilDiv(n, plan.splits), internal::kTileLanes) *
-            internal::kTileLanes;
-        job.kv_begin = std::min(keys.end, keys.begin + s * chunk);
-        job.kv_end = std::min(keys.end, job.kv_begin + chunk);
-        job.partial = partials + static_cast<size_t>(t) * partial_floats;
-      }
-      ops_->run_block(job, ws);
+  ForEachItem(items, threads, [&](int64_t t, int thread) {
+    BlockJob job = BaseJob(p, plan, t / splits);
+    job.a = &args;
+    job.c = c;
+    KeyRange keys = ItemKeys(p, job);
+    if (splits > 1) {
+      keys = plan.kv.Range(keys, t % splits);
+      job.partial = partials + static_cast<size_t>(t) * partial_floats;
     }
-  };
-  if (threads > 1) {
-#pragma omp parallel num_threads(threads)
-    run_items(static_cast<float*>(workspaces_[omp_get_thread_num()].data()));
-  } else {
-    run_items(static_cast<float*>(workspaces_[0].data()));
-  }
-  if (plan.splits > 1) Merge(p, args, plan, threads);
+    job.kv_begin = keys.begin;
+    job.kv_end = keys.end;
+    ops_->run_block(job, static_cast<float*>(workspaces_[thread].data()));
+  });
+  if (splits > 1) Merge(p, args, plan, threads);
   return Status::Ok();
 }
 
-// out = sum_s 2^(m_s - M) O_s / sum_s 2^(m_s - M) l_s with M = max_s m_s:
-// the split partials rescaled to a common max (flash-decoding's merge). A
-// split that saw no key has m_s = -inf and contributes 2^-inf = 0.
 void SimdBackend::Merge(const AttentionProblem& p, const AttentionArgs& args,
                         const Plan& plan, int threads) {
-  const int64_t d = p.head_dim, dp = internal::PaddedDim(d);
-  const size_t pf = internal::PartialFloats(d);
+  const PartialLayout layout = internal::PartialLayoutFor(p.head_dim);
   const float* partials = static_cast<const float*>(partials_.data());
-  const int64_t S = plan.splits;
-  auto merge_one = [&](int64_t t) {
+  const int64_t splits = plan.kv.splits;
+  ForEachItem(plan.total_base, threads, [&](int64_t t, int) {
     const BlockJob job = BaseJob(p, plan, t);
-    const float* base = partials + static_cast<size_t>(t * S) * pf;
+    const float* first =
+        partials + static_cast<size_t>(t * splits) * layout.floats();
     // Row r in RunBlock's order: kv head, then query, then head.
     for (int64_t r = 0; r < job.nkv * job.qn * job.gn; ++r) {
       const int64_t k = r / (job.qn * job.gn), ii = r / job.gn % job.qn,
@@ -251,33 +211,9 @@ void SimdBackend::Merge(const AttentionProblem& p, const AttentionArgs& args,
       const int64_t h = (job.kvh + k) * p.group_size() + job.g0 + gg;
       float* out =
           args.out.As<float>() + args.out.Offset(job.b, h, job.i0 + ii, 0);
-      float M = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < S; ++s) {
-        M = std::max(M, base[s * pf + internal::kMaxRows * dp + r]);
-      }
-      float l = 0.0f;
-      for (int64_t e = 0; e < d; ++e) out[e] = 0.0f;
-      if (M == -std::numeric_limits<float>::infinity()) continue;
-      for (int64_t s = 0; s < S; ++s) {
-        const float* part = base + s * pf;
-        const float ms = part[internal::kMaxRows * dp + r];
-        if (ms == -std::numeric_limits<float>::infinity()) continue;
-        const float w = std::exp2(ms - M);
-        l += w * part[internal::kMaxRows * dp + internal::kMaxRows + r];
-        for (int64_t e = 0; e < d; ++e) out[e] += w * part[r * dp + e];
-      }
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      for (int64_t e = 0; e < d; ++e) out[e] = l > 0.0f ? out[e] * inv : 0.0f;
+      MergePartialRow(layout, first, splits, r, p.head_dim, out);
     }
-  };
-  // A plain loop when serial: even a `parallel if(false)` region allocates
-  // in LLVM's OpenMP runtime.
-  if (threads > 1) {
-#pragma omp parallel for num_threads(threads)
-    for (int64_t t = 0; t < plan.total_base; ++t) merge_one(t);
-  } else {
-    for (int64_t t = 0; t < plan.total_base; ++t) merge_one(t);
-  }
+  });
 }
 
 // ---------------------------------------------------------------- append
@@ -330,8 +266,6 @@ Status SimdBackend::AppendKv(const KvAppendArgs& a) {
   ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
   const int64_t batch = a.k_cache.shape[0], heads = a.k_cache.shape[1];
   const int64_t bytes = AppendedBytes(a);
-  // One decode token per head is a few hundred bytes: threads only pay for
-  // prefill-sized appends (>= 4 MiB).
   const bool f32 = a.k_cache.dtype == DType::kF32;
   auto copy_head = [&](int64_t b, int64_t h) {
     const int64_t pos = a.positions[b], n = a.new_lens[b];
@@ -344,17 +278,12 @@ Status SimdBackend::AppendKv(const KvAppendArgs& a) {
     }
   };
   // One decode token per head is a few hundred bytes: threads only pay for
-  // prefill-sized appends (>= 4 MiB). The small case must not even enter a
-  // `parallel if(false)` region: libgomp allocates a team for it, two heap
-  // allocations per decode step.
-  if (bytes >= (int64_t{4} << 20)) {
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h) copy_head(b, h);
-  } else {
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h) copy_head(b, h);
-  }
+  // prefill-sized appends (>= 4 MiB).
+  const int threads = bytes < (int64_t{4} << 20) ? 1
+                      : options_.num_threads > 0 ? options_.num_threads
+                                                 : MaxThreads();
+  ForEachItem(batch * heads, threads,
+              [&](int64_t t, int) { copy_head(t / heads, t % heads); });
   accounting::RecordCopy(bytes);
   return Status::Ok();
 }

@@ -1,0 +1,104 @@
+// Split-KV (flash-decoding): when a call has fewer work items than threads --
+// decode with few sequences x kv heads -- each item's keys are cut into
+// splits that run as items of their own. Each split writes a partial result
+// (its rows' softmax over its keys, not yet normalized against the other
+// splits), and a merge combines the partials of an item into its output
+// rows. One plan, one partial layout and one merge for every backend.
+#ifndef ATTNKIT_RUNTIME_SPLIT_KV_H_
+#define ATTNKIT_RUNTIME_SPLIT_KV_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/problem.h"
+
+namespace attnkit {
+
+// A split only pays when it still streams enough keys to hide the partial
+// write and the merge: 512 keys x d 128 x f32 = 256 KiB of K+V, against
+// (d + 2) floats per row of partial.
+inline constexpr int64_t kMinKeysPerSplit = 512;
+// Bounds the partial storage (items x splits blocks) and the merge's work.
+// The plan asks for 2 x threads / items splits, so this only binds with more
+// than 32 threads per item.
+inline constexpr int64_t kMaxKvSplits = 64;
+// Split boundaries fall on multiples of 64 keys from the item's first key:
+// both kernels walk keys in tiles of 64 (simd kTileLanes, compiled kv-tile),
+// so only an item's last tile is partial. Divides kMinKeysPerSplit, which is
+// what keeps every split of a planned item at >= kMinKeysPerSplit keys.
+inline constexpr int64_t kKvSplitAlign = 64;
+
+struct KvSplitPlan {
+  // Partial slots per work item; 1 = no split-KV.
+  int64_t splits = 1;
+  // Tests force splits on short contexts to exercise the merge: then every
+  // item uses all `splits`, whatever its length.
+  bool forced = false;
+
+  // Splits of an item that sees `keys` keys: `splits`, fewer when the item
+  // is too short for each to keep kMinKeysPerSplit keys (ragged batches:
+  // `splits` was planned for the longest sequence), never fewer than 1.
+  int64_t SplitsFor(int64_t keys) const;
+  // Split s of an item whose rows see `keys`: consecutive ranges whose union
+  // is exactly `keys`, boundaries at multiples of kKvSplitAlign from
+  // keys.begin. Empty for s >= SplitsFor(keys), so a caller that runs every
+  // one of `splits` slots gets empty partials for the surplus.
+  KeyRange Range(KeyRange keys, int64_t s) const;
+};
+
+// The plan for `items` work items on `threads` threads whose longest key
+// range has `max_keys` keys; force_splits >= 1 overrides it (tests).
+KvSplitPlan PlanKvSplits(int64_t items, int threads, int64_t max_keys,
+                         int64_t force_splits = 0);
+
+// Where one split's partial result lives: one float block of
+//   o[rows][stride], then m[rows], then l[rows].
+// Row r stands for the output o[r] / l[r] with
+//   o = sum_j 2^(x_j - m) v_j,   l = sum_j 2^(x_j - m)
+// over the split's keys j, x_j being the logit in log2 units
+// (scale * log2(e) * q.k, plus bias * log2(e)). m is any reference the
+// kernel kept -- the running max, or a stale one under lazy rescaling; it
+// need not be the max of the x_j -- and -inf when the split saw no key (o
+// and l are then ignored, whatever they hold). This is what an online
+// softmax in exp2 has in its registers at the end of a split (the simd
+// kernels), so they store it without any extra work; a kernel that returns
+// the normalized output and its LSE converts with PartialFromLse.
+struct PartialLayout {
+  int64_t rows = 0;    // row capacity of one block
+  int64_t stride = 0;  // floats between o rows, >= head_dim
+
+  constexpr size_t floats() const {
+    return static_cast<size_t>(rows * (stride + 2));
+  }
+  // T: float or const float.
+  template <typename T>
+  constexpr T* o(T* block, int64_t r) const {
+    return block + r * stride;
+  }
+  template <typename T>
+  constexpr T* m(T* block, int64_t r) const {
+    return block + rows * stride + r;
+  }
+  template <typename T>
+  constexpr T* l(T* block, int64_t r) const {
+    return block + rows * stride + rows + r;
+  }
+};
+
+// For a kernel that wrote, for rows [0, n), the normalized output o / l into
+// o and its natural-log LSE (ln l + m ln 2, -inf for no key) into m: makes
+// the block the layout's (m in log2 units, l = 1). Per row, not per element:
+// the kernel's own loop stays as it is.
+void PartialFromLse(const PartialLayout& layout, float* block, int64_t n);
+
+// Writes out[0, d) = row r merged over `splits` partial blocks laid out back
+// to back from `first`:
+//   out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s,   M = max_s m_s,
+// i.e. every split rescaled to a common max (flash-decoding's merge). A row
+// no split saw a key for (M = -inf) is zeros, never NaN.
+void MergePartialRow(const PartialLayout& layout, const float* first,
+                     int64_t splits, int64_t r, int64_t d, float* out);
+
+}  // namespace attnkit
+
+#endif  // ATTNKIT_RUNTIME_SPLIT_KV_H_
