@@ -1,10 +1,15 @@
 #include "runtime/parallel.h"
 
 #include <gtest/gtest.h>
+#include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/accounting.h"
@@ -84,6 +89,27 @@ TEST(ForEachItemTest, WarmCallDoesNotAllocate) {
 }
 
 TEST(ForEachItemTest, MaxThreadsIsPositive) { EXPECT_GE(MaxThreads(), 1); }
+
+// compiled/CMakeLists.txt runs this binary a second time with LLVM's
+// libgomp.so.1 (libomp) first on the library path, the runtime every binary
+// linking MLIR gets, and sets ATTNKIT_EXPECT_OPENMP_DIR to its directory:
+// this proves that run really tested libomp rather than GNU libgomp.
+TEST(ForEachItemTest, RunsOnTheExpectedOpenMpRuntime) {
+  const char* want = std::getenv("ATTNKIT_EXPECT_OPENMP_DIR");
+  if (want == nullptr) GTEST_SKIP() << "ATTNKIT_EXPECT_OPENMP_DIR not set";
+  std::string loaded;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("libgomp.so") != std::string::npos) {
+          *static_cast<std::string*>(out) = name;
+        }
+        return 0;
+      },
+      &loaded);
+  EXPECT_EQ(loaded.rfind(want, 0), 0u)
+      << "libgomp.so.1 loaded from '" << loaded << "', expected under " << want;
+}
 
 }  // namespace
 }  // namespace attnkit
