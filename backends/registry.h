@@ -21,11 +21,6 @@ namespace attnkit::backends {
 // What a tool may assume about a backend's arithmetic and cost. A plug-in's
 // traits are the defaults: nothing assumed.
 struct BackendTraits {
-  // Softmax over a materialized row of logits with libm's exp and one
-  // division, in the order the naive f32 reference uses: its error is that
-  // reference's, so it is held to the f32 round-off bound alone (fused
-  // kernels get a floor for their online rescaling and polynomial exp).
-  bool exact_softmax = false;
   // Prefill materializes the S x S logits per head: memory and time grow
   // with S^2, so benchmarks cap its sequence length.
   bool quadratic_prefill = false;

@@ -27,10 +27,8 @@ TEST(RegistryTest, UnknownNamesAreNotFoundAndListTheRegisteredOnes) {
 }
 
 TEST(RegistryTest, TraitsComeFromTheListAndDefaultForOtherNames) {
-  EXPECT_TRUE(TraitsOf("reference").exact_softmax);
   EXPECT_TRUE(TraitsOf("reference").quadratic_prefill);
   const BackendTraits plugin = TraitsOf("some_plugin");
-  EXPECT_FALSE(plugin.exact_softmax);
   EXPECT_FALSE(plugin.quadratic_prefill);
   for (const BackendInfo& info : RegisteredBackends()) {
     if (info.name != "reference") {
@@ -45,9 +43,9 @@ TEST(ResolveBackendsTest, EveryRegisteredBackendThenEachPlugin) {
   ASSERT_TRUE(set.ok()) << set.status().ToString();
   ASSERT_EQ(set->size(), RegisteredBackends().size() + 1);
   EXPECT_EQ(set->front().name, "reference");
-  EXPECT_TRUE(set->front().traits.exact_softmax);
+  EXPECT_TRUE(set->front().traits.quadratic_prefill);
   EXPECT_EQ(set->back().name, "example");
-  EXPECT_FALSE(set->back().traits.exact_softmax);
+  EXPECT_FALSE(set->back().traits.quadratic_prefill);
   for (const BackendSource& s : *set) {
     auto b = s.make();
     ASSERT_TRUE(b.ok()) << b.status().ToString();

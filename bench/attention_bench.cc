@@ -24,6 +24,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -34,8 +35,10 @@
 #include "bench/output_check.h"
 #include "bench/run_data.h"
 #include "bench/stats.h"
+#include "decode/step.h"
 #include "reference/concat_kv.h"
 #include "runtime/accounting.h"
+#include "runtime/kv_cache.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
 
@@ -312,18 +315,26 @@ void BM_DecodePaired(benchmark::State& state, const BackendInfo* info,
 // ---------------------------------------------------------------- decode step
 
 // One decode step at context length len: append one token's K and V, then
-// attend over len + 1 keys. inplace=0: the naive concat (allocate len + 1,
-// copy the context, append) of reference::ConcatKv; inplace=1: the backend's
-// AppendKv into a buffer preallocated to capacity. Every timed step starts
-// from the same len (the concat cache is rebuilt untimed), so the per-step
-// counts are exact constants the gate can compare exactly.
+// attend over len + 1 keys, run by decode::Stepper -- the step the decode
+// session (and the decode report's gate) and the tester's decode loops run,
+// metered by the same meter. inplace=0: the naive concat (allocate len + 1,
+// copy the context, append: reference::ConcatKv); inplace=1: the backend's
+// AppendKv into a KvCache preallocated to capacity. Every timed step starts
+// from the same len (the in-place cache is truncated back to len, the concat
+// rebuilt untimed), so the per-step counts are exact constants the gate can
+// compare exactly.
 void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
   const int64_t len = state.range(0);
   const bool inplace = state.range(1) != 0;
   Backend& backend = SharedBackend(*info);
-  AttentionProblem p = DecodeProblem(len + 1, DType::kF32, 1);
+  const AttentionProblem p = DecodeProblem(len + 1, DType::kF32, 1);
   const int64_t hkv = p.kv_heads, d = p.head_dim;
   const int64_t token_bytes = 2 * hkv * d * DTypeSize(p.dtype);
+  if (!accounting::AllocHooksInstalled()) {
+    return SetError(state, Status::FailedPrecondition(
+                               "allocation counts need attnkit_alloc_hooks "
+                               "linked into the benchmark binary"));
+  }
 
   Tensor context_k = Tensor::Contiguous(p.dtype, {1, hkv, len, d});
   Tensor context_v = Tensor::Contiguous(p.dtype, {1, hkv, len, d});
@@ -336,78 +347,60 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
   FillFromPool(token_k.view, 4);
   FillFromPool(token_v.view, 5);
   FillFromPool(q.view, 1);
-  const std::vector<int64_t> zero{0}, one{1}, ctx_len{len}, position{len};
+  const std::vector<int64_t> one{1}, ctx_len{len};
 
-  // In place: capacity for 256 more tokens past this step.
-  const int64_t capacity = len + 256;
-  Tensor cache_k, cache_v;
-  // Concat: rebuilt to len tokens before every step.
-  std::unique_ptr<reference::ConcatKv> concat;
-  auto rebuild = [&]() -> Status {
-    concat = nullptr;
-    concat = std::make_unique<reference::ConcatKv>(1, hkv, d, p.dtype);
-    return concat->Append(context_k.view, context_v.view, ctx_len).status();
+  // In place: capacity for 256 more tokens past this step. Concat: one
+  // ConcatKv, rebuilt to len tokens before every step.
+  std::optional<KvCache> cache;
+  std::vector<reference::ConcatKv> concat;
+  std::optional<decode::Stepper> stepper;
+  auto reset = [&]() -> Status {
+    if (inplace) return cache->Truncate(ctx_len);
+    concat[0] = reference::ConcatKv(1, hkv, d, p.dtype);
+    return concat[0].Append(context_k.view, context_v.view, ctx_len).status();
   };
   if (inplace) {
-    cache_k = Tensor::Contiguous(p.dtype, {1, hkv, capacity, d});
-    cache_v = Tensor::Contiguous(p.dtype, {1, hkv, capacity, d});
-    const KvAppendArgs fill{cache_k.view,   cache_v.view, context_k.view,
-                            context_v.view, zero,         ctx_len};
-    const Status s = ValidateAppend(fill);
+    KvCacheConfig kc;
+    kc.kv_heads = hkv;
+    kc.head_dim = d;
+    kc.capacity = len + 256;
+    kc.dtype = p.dtype;
+    auto created = KvCache::Create(kc);
+    if (!created.ok()) return SetError(state, created.status());
+    cache.emplace(std::move(created).value());
+    const Status s = cache->Append(0, context_k.view, context_v.view, ctx_len);
     if (!s.ok()) return SetError(state, s);
-    AppendKvStrided(fill);
+    stepper.emplace(decode::Stepper::InPlace(backend, *cache));
   } else {
-    const Status s = rebuild();
+    concat.emplace_back(1, hkv, d, p.dtype);
+    const Status s = reset();
     if (!s.ok()) return SetError(state, s);
+    stepper.emplace(decode::Stepper::Naive(backend, concat, p));
   }
-  const KvAppendArgs append{cache_k.view, cache_v.view, token_k.view,
-                            token_v.view, position,     one};
-
-  // One step; returns the bytes it must have copied (ConcatKv's return value,
-  // or by AppendKv's contract only the new token), against which the warm-up
-  // checks what the step reported to the meter.
-  auto step = [&]() -> StatusOr<int64_t> {
-    AttentionArgs a;
-    a.q = q.view;
-    a.out = out.view;
-    int64_t copied = token_bytes;
-    if (inplace) {
-      ATTNKIT_RETURN_IF_ERROR(backend.AppendKv(append));
-      a.k = cache_k.view;
-      a.v = cache_v.view;
-    } else {
-      ATTNKIT_ASSIGN_OR_RETURN(copied,
-                               concat->Append(token_k.view, token_v.view, one));
-      a.k = concat->K(0);
-      a.v = concat->V(0);
-    }
-    ATTNKIT_RETURN_IF_ERROR(backend.Attention(p, a));
-    return copied;
+  const decode::LayerStep layer{q.view, token_k.view, token_v.view,
+                                TensorView{}, out.view};
+  AttentionProblem call = p;
+  auto step = [&](decode::StepRecord* rec) {
+    return stepper->Step(call, {&layer, 1}, one, rec);
   };
 
-  if (!accounting::AllocHooksInstalled()) {
-    return SetError(state, Status::FailedPrecondition(
-                               "allocation counts need attnkit_alloc_hooks "
-                               "linked into the benchmark binary"));
-  }
-
-  // Warm-up step, then the checks: the bytes the step reported to the meter
-  // are what it copied, the cache holds context + token bit-exactly, and the
-  // attention output matches the oracle.
+  // Warm-up step, then the checks: the meter saw exactly the bytes the KV
+  // update must copy (the new token in place; the context and the token
+  // naive), the context holds context + token bit-exactly, and the attention
+  // output matches the oracle.
   {
-    accounting::Meter meter;
-    auto copied = step();
-    if (!copied.ok()) return SetError(state, copied.status());
-    if (meter.Read().bytes_copied != *copied) {
+    decode::StepRecord rec;
+    const Status s = step(&rec);
+    if (!s.ok()) return SetError(state, s);
+    const int64_t want = inplace ? token_bytes : (len + 1) * token_bytes;
+    if (rec.bytes_copied != want) {
       return SetError(
-          state,
-          Status::FailedPrecondition(
-              "the step reported " + std::to_string(meter.Read().bytes_copied) +
-              " bytes copied to accounting::RecordCopy, expected " +
-              std::to_string(*copied)));
+          state, Status::FailedPrecondition(
+                     "the step copied " + std::to_string(rec.bytes_copied) +
+                     " bytes, expected " + std::to_string(want)));
     }
-    AttentionArgs a{q.view, inplace ? cache_k.view : concat->K(0),
-                    inplace ? cache_v.view : concat->V(0), TensorView{},
+    AttentionArgs a{q.view, inplace ? cache->Prefix(0).k : concat[0].K(0),
+                    inplace ? cache->Prefix(0).v : concat[0].V(0), TensorView{},
                     out.view};
     for (int which = 0; which < 2; ++which) {
       const TensorView& kv = which == 0 ? a.k : a.v;
@@ -434,34 +427,26 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
         }
       }
     }
-    const Status s = CheckAgainstOracle(p, a);
-    if (!s.ok()) return SetError(state, s);
+    const Status checked = CheckAgainstOracle(call, a);
+    if (!checked.ok()) return SetError(state, checked);
   }
 
-  // One meter across the loop, read around each step only: the untimed
-  // concat rebuild allocates, and is not part of a step.
-  accounting::Meter meter;
-  int64_t allocs = 0, alloc_bytes = 0, copied_total = 0;
+  // The in-place reset (Truncate: a few stores) stays inside the timing;
+  // the concat rebuild (an allocation and a full-context copy) is paused.
+  int64_t allocs = 0, alloc_bytes = 0, copied = 0;
   for (auto _ : state) {
-    if (!inplace) {
-      state.PauseTiming();
-      const Status s = rebuild();
-      state.ResumeTiming();
-      if (!s.ok()) {
-        SetError(state, s);
-        break;
-      }
-    }
-    const accounting::Counts before = meter.Read();
-    auto copied = step();
-    const accounting::Counts after = meter.Read();
-    if (!copied.ok()) {
-      SetError(state, copied.status());
+    if (!inplace) state.PauseTiming();
+    const Status r = reset();
+    if (!inplace) state.ResumeTiming();
+    decode::StepRecord rec;
+    const Status s = r.ok() ? step(&rec) : r;
+    if (!s.ok()) {
+      SetError(state, s);
       break;
     }
-    allocs += after.allocs - before.allocs;
-    alloc_bytes += after.bytes_allocated - before.bytes_allocated;
-    copied_total += after.bytes_copied - before.bytes_copied;
+    allocs += rec.allocs;
+    alloc_bytes += rec.bytes_allocated;
+    copied += rec.bytes_copied;
   }
   if (state.error_occurred()) return;
   using C = benchmark::Counter;
@@ -470,7 +455,7 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
   state.counters["alloc_bytes_per_step"] =
       C(static_cast<double>(alloc_bytes), C::kAvgIterations);
   state.counters["bytes_copied_per_step"] =
-      C(static_cast<double>(copied_total), C::kAvgIterations);
+      C(static_cast<double>(copied), C::kAvgIterations);
 }
 
 // ----------------------------------------------------------------- first call

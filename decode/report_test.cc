@@ -136,6 +136,75 @@ TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
   EXPECT_NE(json.find("\"mode\": \"in_place\""), std::string::npos);
 }
 
+// The reference backend with every attention output shifted by `offset`:
+// both modes shift alike, so only the comparison with the oracle sees it.
+class ShiftedBackend : public Backend {
+ public:
+  explicit ShiftedBackend(float offset)
+      : inner_(std::move(backends::MakeBackend("reference")).value()),
+        offset_(offset) {}
+  std::string_view name() const override { return "shifted"; }
+  Status ReserveWorkspace(const AttentionProblem& largest) override {
+    return inner_->ReserveWorkspace(largest);
+  }
+  Status AppendKv(const KvAppendArgs& a) override {
+    return inner_->AppendKv(a);
+  }
+  Status Attention(const AttentionProblem& p,
+                   const AttentionArgs& args) override {
+    ATTNKIT_RETURN_IF_ERROR(inner_->Attention(p, args));
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.q_heads; ++h)
+        for (int64_t i = 0; i < p.q_lens[b]; ++i)
+          for (int64_t e = 0; e < p.head_dim; ++e) {
+            args.out.Store(b, h, i, e, args.out.Load(b, h, i, e) + offset_);
+          }
+    return Status::Ok();
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  float offset_;
+};
+
+DecodeReportOptions ShiftedRun(float offset) {
+  DecodeReportOptions o;
+  o.config.layers = 1;
+  o.config.q_heads = 4;
+  o.config.kv_heads = 2;
+  o.config.head_dim = 32;
+  o.config.steps = 2;
+  o.start_lens = {256};
+  o.backends.push_back({"shifted", {}, [offset] {
+                          return StatusOr<std::unique_ptr<Backend>>(
+                              std::make_unique<ShiftedBackend>(offset));
+                        }});
+  return o;
+}
+
+// The tolerance model's bound here is a few 1e-6 (twice the naive f32
+// reference's error plus 32 ulp of max |v|): a shift of 5e-5, invisible to a
+// fixed 2e-4 floor, fails; a shift within rounding passes.
+TEST(DecodeReportTest, OutputsAreHeldToTheOracleWithTheToleranceModel) {
+  auto bad = RunDecodeReport(ShiftedRun(5e-5f), nullptr);
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  // Both modes run the shifted attention; they agree with each other.
+  ASSERT_EQ(bad->failures.size(), 2u)
+      << bad->failures[0] << "\n" << bad->failures.back();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(bad->failures[i].find(
+                  std::string(i == 0 ? "naive_concat" : "in_place") +
+                  ": last step, sequence 0, differs from the f64 oracle: "
+                  "max |err|"),
+              std::string::npos)
+        << bad->failures[i];
+  }
+
+  auto good = RunDecodeReport(ShiftedRun(1e-8f), nullptr);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_TRUE(good->failures.empty()) << good->failures.front();
+}
+
 #if defined(ATTNKIT_EXAMPLE_PLUGIN) && \
     defined(ATTNKIT_EXAMPLE_PLUGIN_APPEND_POSITION_OFF)
 StatusOr<DecodeReport> RunPlugin(const char* path,

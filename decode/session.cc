@@ -1,7 +1,6 @@
 #include "decode/session.h"
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 
 #include "backends/registry.h"
@@ -13,12 +12,6 @@ namespace {
 
 std::string Field(std::string_view name, int64_t v) {
   return std::string(name) + "=" + std::to_string(v);
-}
-
-double MicrosSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now() - t0)
-      .count();
 }
 
 // Prefill context: uniform in [-1, 1). A direct loop over the contiguous
@@ -146,12 +139,19 @@ Status DecodeSession::Init() {
                                          ? c.make_backend()
                                          : backends::MakeBackend(c.backend));
 
+  problem_.batch = c.batch;
   problem_.q_heads = c.q_heads;
   problem_.kv_heads = c.kv_heads;
   problem_.head_dim = c.head_dim;
   problem_.dtype = c.dtype;
+  problem_.layout = c.layout;
   problem_.mask = MaskKind::kNone;  // q_len 1 at the end: sees every key
+  problem_.q_lens.assign(static_cast<size_t>(c.batch), 1);
   const int64_t cap = c.Capacity();
+  problem_.kv_lens.assign(static_cast<size_t>(c.batch), cap);
+  // Size the backend for the longest context this session reaches, q_len 1:
+  // the whole batch in place, one sequence at a time in the naive mode.
+  AttentionProblem largest = problem_;
   if (mode_ == DecodeMode::kInPlace) {
     KvCacheConfig kc;
     kc.layers = c.layers;
@@ -166,21 +166,19 @@ Status DecodeSession::Init() {
     // comparison with the naive mode fails loudly instead of passing on zeros.
     cache.Clear(std::byte{0xFF});
     cache_.emplace(std::move(cache));
-    problem_.batch = c.batch;
-    problem_.layout = c.layout;
+    stepper_.emplace(Stepper::InPlace(*backend_, *cache_));
   } else {
+    naive_.reserve(static_cast<size_t>(c.layers));
     for (int64_t l = 0; l < c.layers; ++l) {
-      naive_.push_back(std::make_unique<reference::ConcatKv>(
-          c.batch, c.kv_heads, c.head_dim, c.dtype));
+      naive_.emplace_back(c.batch, c.kv_heads, c.head_dim, c.dtype);
     }
-    // Attention runs per sequence on its own freshly concatenated buffers.
-    problem_.batch = 1;
-    problem_.layout = KvLayout::kBHSD;
+    stepper_.emplace(Stepper::Naive(*backend_, naive_, problem_));
+    largest.batch = 1;
+    largest.layout = KvLayout::kBHSD;
+    largest.q_lens.resize(1);
+    largest.kv_lens.resize(1);
   }
-  // Size the backend for the longest context this session reaches, q_len 1.
-  problem_.q_lens.assign(static_cast<size_t>(problem_.batch), 1);
-  problem_.kv_lens.assign(static_cast<size_t>(problem_.batch), cap);
-  ATTNKIT_RETURN_IF_ERROR(backend_->ReserveWorkspace(problem_));
+  ATTNKIT_RETURN_IF_ERROR(backend_->ReserveWorkspace(largest));
 
   for (int64_t l = 0; l < c.layers; ++l) {
     q_.push_back(
@@ -190,6 +188,7 @@ Status DecodeSession::Init() {
     new_v_.push_back(
         Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, 1, c.head_dim}));
   }
+  layer_steps_.resize(static_cast<size_t>(c.layers));
   outputs_ = Tensor::Contiguous(
       DType::kF32, {std::max<int64_t>(c.steps, 1) * c.layers * c.batch,
                     c.q_heads, 1, c.head_dim});
@@ -214,7 +213,7 @@ Status DecodeSession::Prefill() {
       ATTNKIT_RETURN_IF_ERROR(
           cache_->Append(l, k.view, v.view, lens, backend_.get()));
     } else {
-      ATTNKIT_RETURN_IF_ERROR(naive_[l]->Append(k.view, v.view, lens).status());
+      ATTNKIT_RETURN_IF_ERROR(naive_[l].Append(k.view, v.view, lens).status());
     }
   }
   return Status::Ok();
@@ -237,69 +236,17 @@ Status DecodeSession::Step() {
                                       " already ran");
   }
   FillStepInputs(step);  // outside the meter: the model would produce these
-
+  for (int64_t l = 0; l < c.layers; ++l) {
+    LayerStep& in = layer_steps_[static_cast<size_t>(l)];
+    in.q = q_[l].view;
+    in.new_k = new_k_[l].view;
+    in.new_v = new_v_[l].view;
+    in.out = outputs_.view.Slice({(step * c.layers + l) * c.batch, 0, 0, 0},
+                                 {c.batch, c.q_heads, 1, c.head_dim});
+  }
   StepRecord rec;
-  {
-    accounting::Meter meter;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t l = 0; l < c.layers; ++l) {
-      const TensorView out =
-          outputs_.view.Slice({(step * c.layers + l) * c.batch, 0, 0, 0},
-                              {c.batch, c.q_heads, 1, c.head_dim});
-      if (mode_ == DecodeMode::kInPlace) {
-        {
-          const int64_t before = meter.Read().allocs;
-          accounting::ScopedPhase phase(accounting::Phase::kAppend);
-          ATTNKIT_RETURN_IF_ERROR(cache_->Append(
-              l, new_k_[l].view, new_v_[l].view, one_token_, backend_.get()));
-          rec.append_allocs += meter.Read().allocs - before;
-        }
-        accounting::ScopedPhase phase(accounting::Phase::kAttention);
-        const KvCache::View kv = cache_->Prefix(l);
-        const auto lens = cache_->lengths(l);
-        std::copy(lens.begin(), lens.end(), problem_.kv_lens.begin());
-        AttentionArgs args;
-        args.q = q_[l].view;
-        args.k = kv.k;
-        args.v = kv.v;
-        args.out = out;
-        ATTNKIT_RETURN_IF_ERROR(backend_->Attention(problem_, args));
-      } else {
-        reference::ConcatKv& kv = *naive_[l];
-        {
-          const int64_t before = meter.Read().allocs;
-          accounting::ScopedPhase phase(accounting::Phase::kAppend);
-          ATTNKIT_RETURN_IF_ERROR(
-              kv.Append(new_k_[l].view, new_v_[l].view, one_token_).status());
-          rec.append_allocs += meter.Read().allocs - before;
-        }
-        accounting::ScopedPhase phase(accounting::Phase::kAttention);
-        for (int64_t b = 0; b < c.batch; ++b) {
-          problem_.kv_lens[0] = kv.length(b);
-          AttentionArgs args;
-          args.q =
-              q_[l].view.Slice({b, 0, 0, 0}, {1, c.q_heads, 1, c.head_dim});
-          args.k = kv.K(b);
-          args.v = kv.V(b);
-          args.out = out.Slice({b, 0, 0, 0}, {1, c.q_heads, 1, c.head_dim});
-          ATTNKIT_RETURN_IF_ERROR(backend_->Attention(problem_, args));
-        }
-      }
-    }
-    rec.step_us = MicrosSince(t0);
-    const accounting::Counts counts = meter.Read();
-    rec.allocs = counts.allocs;
-    rec.bytes_allocated = counts.bytes_allocated;
-    rec.bytes_copied = counts.bytes_copied;
-    rec.append_us = static_cast<double>(counts.append_ns) * 1e-3;
-    rec.attention_us = static_cast<double>(counts.attention_ns) * 1e-3;
-    const int64_t held = session_meter_->Read().live_bytes - counts.live_bytes;
-    rec.peak_bytes = held + counts.peak_live_bytes;
-  }
-  rec.kv_len = 0;
-  for (int64_t b = 0; b < c.batch; ++b) {
-    rec.kv_len = std::max(rec.kv_len, length(b));
-  }
+  ATTNKIT_RETURN_IF_ERROR(stepper_->Step(problem_, layer_steps_, one_token_,
+                                         &rec, session_meter_.get()));
   records_.push_back(rec);  // reserved at Create: no allocation
   return Status::Ok();
 }
@@ -316,10 +263,7 @@ int64_t DecodeSession::peak_bytes() const {
   return peak;
 }
 
-int64_t DecodeSession::length(int64_t b) const {
-  if (mode_ == DecodeMode::kInPlace) return cache_->lengths(0)[b];
-  return naive_[0]->length(b);
-}
+int64_t DecodeSession::length(int64_t b) const { return stepper_->length(b); }
 
 TensorView DecodeSession::query(int64_t layer) const { return q_[layer].view; }
 
@@ -332,7 +276,7 @@ TensorView DecodeSession::output(int64_t step, int64_t layer) const {
 
 KvCache::View DecodeSession::naive_sequence(int64_t layer, int64_t b) const {
   if (mode_ != DecodeMode::kNaiveConcat) return {};
-  return {naive_[layer]->K(b), naive_[layer]->V(b)};
+  return {naive_[layer].K(b), naive_[layer].V(b)};
 }
 
 }  // namespace attnkit::decode

@@ -1,17 +1,10 @@
-// A decode loop of a model-like stack of attention layers, metered per step:
-// the workload behind ../shared/seeds/002 (Llama-2 decode), run two ways on
+// A decode loop of a model-like stack of attention layers (Llama-2-style
+// decode: one new token per sequence per step, every layer appending to its
+// KV context and attending over it), metered per step and run two ways on
 // the same inputs so the cost of the KV update is visible side by side:
-//
-//   kInPlace     : a capacity-preallocated KvCache; each step's K/V are
-//                  written with the backend's AppendKv and attention reads the
-//                  cache prefix where it lies.
-//   kNaiveConcat : what the slow frameworks do -- per layer and sequence,
-//                  allocate len+1, copy the whole context, append, free the
-//                  old buffer (reference::ConcatKv) -- then attention on the
-//                  fresh buffers (BHSD whatever the configured layout).
-//
-// Both modes run attention on the same backend, so the difference between
-// their rows is the KV update alone.
+// kInPlace (a capacity-preallocated KvCache) and kNaiveConcat (the
+// allocate-copy-append concatenation of the slow frameworks). The step
+// itself is decode/step.h's Stepper.
 //
 // A session prefills each sequence's start context once (not metered), then
 // every Step() does, per layer: append this step's K/V (seeded random, one
@@ -30,16 +23,13 @@
 #include <string_view>
 #include <vector>
 
+#include "decode/step.h"
 #include "runtime/accounting.h"
 #include "runtime/backend.h"
 #include "runtime/kv_cache.h"
 #include "runtime/problem.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
-
-namespace attnkit::reference {
-class ConcatKv;
-}
 
 namespace attnkit::decode {
 
@@ -78,23 +68,6 @@ struct DecodeConfig {
   // Bytes one step appends: K and V of one token, every layer, sequence and
   // kv head -- what the in-place mode copies per step, exactly.
   int64_t NewTokenBytes() const;
-};
-
-// One step, all layers.
-struct StepRecord {
-  int64_t kv_len = 0;  // longest context after this step's append
-  int64_t allocs = 0;
-  // Of which made by the KV update (the rest: attention and bookkeeping),
-  // so a backend whose Attention allocates is told apart from the cache.
-  int64_t append_allocs = 0;
-  int64_t bytes_allocated = 0;
-  int64_t bytes_copied = 0;
-  double append_us = 0;
-  double attention_us = 0;
-  double step_us = 0;  // the whole step (append + attention + bookkeeping)
-  // Most heap bytes the session held during this step (cache, inputs,
-  // workspaces and any transient buffers), counted from its creation.
-  int64_t peak_bytes = 0;
 };
 
 class DecodeSession {
@@ -146,10 +119,12 @@ class DecodeSession {
   int64_t held_bytes_ = 0;  // live heap bytes after Create
   std::unique_ptr<Backend> backend_;
   std::optional<KvCache> cache_;
-  std::vector<std::unique_ptr<reference::ConcatKv>> naive_;  // per layer
-  std::vector<Tensor> q_, new_k_, new_v_;                    // per layer
+  std::vector<reference::ConcatKv> naive_;  // per layer
+  std::optional<Stepper> stepper_;
+  std::vector<Tensor> q_, new_k_, new_v_;  // per layer
+  std::vector<LayerStep> layer_steps_;     // per layer, refilled each step
   Tensor outputs_;  // [steps * layers * batch, q_heads, 1, head_dim] f32
-  AttentionProblem problem_;  // reused every call: no allocation
+  AttentionProblem problem_;  // reused every step: no allocation
   std::vector<int64_t> one_token_;
   std::vector<StepRecord> records_;
 };

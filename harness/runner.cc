@@ -7,14 +7,19 @@
 #include <exception>
 #include <memory>
 
+#include "decode/step.h"
 #include "reference/concat_kv.h"
 #include "reference/oracle.h"
 #include "reference/reference.h"
+#include "runtime/kv_cache.h"
 #include "runtime/random.h"
 
 namespace attnkit::harness {
 namespace {
 
+using reference::ErrorRatio;
+using reference::MeasureError;
+using reference::WithinTolerance;
 using Clock = std::chrono::steady_clock;
 
 // Output elements a backend must not touch (rows i >= q_lens[b]) and must
@@ -76,43 +81,10 @@ void CopyRows(const TensorView& src, int64_t src_row, const TensorView& dst,
       }
 }
 
-// Truth for one call: the oracle's output and the bounds derived from the
-// naive reference's error on the same inputs.
-struct Truth {
-  std::vector<double> oracle;
-  Bounds bounds;
-};
-
-StatusOr<Truth> ComputeTruth(const AttentionProblem& p, AttentionArgs args) {
-  Truth t;
-  ATTNKIT_RETURN_IF_ERROR(reference::OracleAttention(p, args, &t.oracle));
-  FillSentinel(args.out);
-  ATTNKIT_RETURN_IF_ERROR(reference::Attention(p, args));
-  const ErrorStats naive = MeasureError(p, t.oracle, args.out);
-  if (naive.nonfinite > 0) {
-    return Status::Internal("the naive reference produced NaN/Inf on " +
-                            p.ToString());
-  }
-  t.bounds = ToleranceFor(p, naive, ValueScale(p, args.v),
-                          MeasureLogitSensitivity(p, args, t.oracle));
-  return t;
-}
-
-// Runs one backend call and judges it; returns false when it failed (and
-// fills r). `call` returns the backend's Status.
-template <typename Call>
-bool CheckCall(const AttentionProblem& p, const AttentionArgs& args,
-               const Truth& truth, Backend& backend, int64_t step,
-               CheckResult& r, Call&& call) {
-  FillSentinel(args.out);
-  const auto t0 = Clock::now();
-  Status s;
-  try {
-    s = call();
-  } catch (const std::exception& e) {
-    s = Status::Internal(std::string("threw: ") + e.what());
-  }
-  r.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+// Judges a backend's output `out` of problem p against the truth; returns
+// false when it failed (and fills r).
+bool Judge(const AttentionProblem& p, const TensorView& out,
+           const reference::Truth& truth, int64_t step, CheckResult& r) {
   auto fail = [&](Outcome o, std::string msg) {
     r.outcome = o;
     r.message = std::move(msg);
@@ -121,9 +93,7 @@ bool CheckCall(const AttentionProblem& p, const AttentionArgs& args,
     r.bounds = truth.bounds;
     return false;
   };
-  if (!s.ok()) return fail(Outcome::kError, s.ToString());
-  const ErrorStats e =
-      MeasureError(p, truth.oracle, args.out, truth.bounds.max_abs);
+  const ErrorStats e = MeasureError(p, truth.oracle, out, truth.bounds.max_abs);
   const double ratio = ErrorRatio(e, truth.bounds);
   if (ratio >= r.ratio) {
     r.ratio = ratio;
@@ -139,10 +109,27 @@ bool CheckCall(const AttentionProblem& p, const AttentionArgs& args,
     r.error = e;
     return fail(Outcome::kMismatch, "");
   }
-  if (std::string stray = StrayWrite(p, args.out); !stray.empty()) {
+  if (std::string stray = StrayWrite(p, out); !stray.empty()) {
     return fail(Outcome::kStrayWrite, std::move(stray));
   }
   return true;
+}
+
+// Runs `call` (a backend call returning its Status) on an output that starts
+// as the sentinel, timed into r.seconds; a throw is an error. Returns its
+// Status.
+template <typename Call>
+Status TimedCall(const TensorView& out, CheckResult& r, Call&& call) {
+  FillSentinel(out);
+  const auto t0 = Clock::now();
+  Status s;
+  try {
+    s = call();
+  } catch (const std::exception& e) {
+    s = Status::Internal(std::string("threw: ") + e.what());
+  }
+  r.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  return s;
 }
 
 Status Supported(Backend& b, const AttentionProblem& p) {
@@ -160,7 +147,8 @@ StatusOr<std::vector<CheckResult>> RunPlain(
                            AttentionData::Create(p, p.max_kv_len() + c.kv_pad));
   Rng rng = ValueRng(c);
   data.Fill(p, rng, c.profile);
-  ATTNKIT_ASSIGN_OR_RETURN(Truth truth, ComputeTruth(p, data.args()));
+  ATTNKIT_ASSIGN_OR_RETURN(reference::Truth truth,
+                           reference::ComputeTruth(p, data.args()));
   std::vector<CheckResult> results;
   for (Backend* backend : backends) {
     CheckResult r;
@@ -170,8 +158,16 @@ StatusOr<std::vector<CheckResult>> RunPlain(
       r.outcome = Outcome::kSkipped;
       r.message = s.ToString();
     } else {
-      CheckCall(p, data.args(), truth, *backend, -1, r,
-                [&] { return backend->Attention(p, data.args()); });
+      const Status called = TimedCall(data.args().out, r, [&] {
+        return backend->Attention(p, data.args());
+      });
+      if (!called.ok()) {
+        r.outcome = Outcome::kError;
+        r.message = called.ToString();
+        r.bounds = truth.bounds;
+      } else {
+        Judge(p, data.args().out, truth, -1, r);
+      }
     }
     results.push_back(std::move(r));
   }
@@ -221,6 +217,11 @@ std::string CompareCache(const char* which, const TensorView& cache,
   return "";
 }
 
+// Every backend runs the decode loop through decode::Stepper -- the step the
+// decode session and the decode_step benchmark run -- on its own KvCache, and
+// each step is checked three ways: the whole capacity-sized cache against
+// the naive concatenation (an append may change only the new tokens' bytes),
+// the output against the oracle, and no stray output rows.
 StatusOr<std::vector<CheckResult>> RunDecode(
     const TestCase& c, std::span<Backend* const> backends) {
   const AttentionProblem& p = c.problem;
@@ -241,12 +242,18 @@ StatusOr<std::vector<CheckResult>> RunDecode(
   const AttentionArgs& whole = all.args();
 
   std::vector<CheckResult> results(backends.size());
-  struct Cache {
-    Tensor k, v;
-  };
-  std::vector<Cache> caches(backends.size());
-  const std::array<int64_t, 4> cache_shape{p.batch, p.kv_heads, capacity,
-                                           p.head_dim};
+  KvCacheConfig kc;
+  kc.batch = p.batch;
+  kc.kv_heads = p.kv_heads;
+  kc.head_dim = p.head_dim;
+  // A KvCache holds at least one token; an all-empty loop (q = kv = 0)
+  // still gets its cache compared, one never-written slot.
+  kc.capacity = std::max<int64_t>(capacity, 1);
+  kc.dtype = p.dtype;
+  kc.layout = p.layout;
+  std::vector<KvCache> caches;
+  std::vector<decode::Stepper> steppers;
+  caches.reserve(backends.size());  // the steppers point into it
   for (size_t i = 0; i < backends.size(); ++i) {
     CheckResult& r = results[i];
     r.backend = std::string(backends[i]->name());
@@ -259,12 +266,10 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         break;
       }
     }
-    caches[i].k = Tensor::Allocate(p.dtype, cache_shape,
-                                   KvStrides(p.layout, false, cache_shape));
-    caches[i].v = Tensor::Allocate(p.dtype, cache_shape,
-                                   KvStrides(p.layout, true, cache_shape));
-    FillBytes(caches[i].k, kCacheFill);
-    FillBytes(caches[i].v, kCacheFill);
+    ATTNKIT_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(kc));
+    cache.Clear(std::byte{kCacheFill});
+    caches.push_back(std::move(cache));
+    steppers.push_back(decode::Stepper::InPlace(*backends[i], caches.back()));
   }
   reference::ConcatKv golden(p.batch, p.kv_heads, p.head_dim, p.dtype);
 
@@ -308,52 +313,41 @@ StatusOr<std::vector<CheckResult>> RunDecode(
     ATTNKIT_RETURN_IF_ERROR(
         golden.Append(new_k.view, new_v.view, new_lens).status());
     // The oracle and the naive reference read the keys where they were
-    // drawn; each backend reads its own cache, whose bytes are checked equal
-    // first.
+    // drawn; each backend reads its own cache, whose bytes are checked equal.
     const AttentionArgs truth_args{q.view, whole.k, whole.v, bias.view,
                                    out.view};
-    ATTNKIT_ASSIGN_OR_RETURN(Truth truth, ComputeTruth(ps, truth_args));
+    ATTNKIT_ASSIGN_OR_RETURN(reference::Truth truth,
+                             reference::ComputeTruth(ps, truth_args));
 
+    const decode::LayerStep layer{q.view, new_k.view, new_v.view, bias.view,
+                                  out.view};
     for (size_t i = 0; i < backends.size(); ++i) {
       CheckResult& r = results[i];
       if (r.outcome != Outcome::kPass) continue;  // skipped or failed earlier
-      Backend& backend = *backends[i];
-      const KvAppendArgs append{caches[i].k.view, caches[i].v.view, new_k.view,
-                                new_v.view,       positions,        new_lens};
-      const auto t0 = Clock::now();
-      Status st;
-      try {
-        st = backend.AppendKv(append);
-      } catch (const std::exception& e) {
-        st = Status::Internal(std::string("AppendKv threw: ") + e.what());
-      }
-      r.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-      auto fail = [&](Outcome o, std::string msg) {
+      auto fail = [&](Outcome o, const std::string& msg) {
         r.outcome = o;
-        r.message = "step " + std::to_string(s) + ": " + std::move(msg);
+        r.message = "step " + std::to_string(s) + ": " + msg;
         r.step = s;
         r.problem = ps;
         r.bounds = truth.bounds;
       };
+      AttentionProblem call = ps;  // the stepper sets kv_lens and layout
+      const Status st = TimedCall(out.view, r, [&] {
+        return steppers[i].Step(call, {&layer, 1}, new_lens, nullptr);
+      });
       if (!st.ok()) {
-        fail(Outcome::kError, "AppendKv: " + st.ToString());
+        fail(Outcome::kError, st.ToString());
         continue;
       }
-      std::string diff =
-          CompareCache("k_cache", caches[i].k.view, golden, false);
-      if (diff.empty()) {
-        diff = CompareCache("v_cache", caches[i].v.view, golden, true);
-      }
+      const KvCache::View full = caches[i].Full(0);
+      std::string diff = CompareCache("k_cache", full.k, golden, false);
+      if (diff.empty()) diff = CompareCache("v_cache", full.v, golden, true);
       if (!diff.empty()) {
         fail(Outcome::kKvCache, diff);
         continue;
       }
-      const AttentionArgs args{q.view, caches[i].k.view, caches[i].v.view,
-                               bias.view, out.view};
-      if (!CheckCall(ps, args, truth, backend, s, r,
-                     [&] { return backend.Attention(ps, args); })) {
-        if (!r.message.empty())
-          r.message = "step " + std::to_string(s) + ": " + r.message;
+      if (!Judge(ps, out.view, truth, s, r) && !r.message.empty()) {
+        r.message = "step " + std::to_string(s) + ": " + r.message;
       }
     }
   }

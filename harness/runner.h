@@ -11,11 +11,16 @@
 #include <vector>
 
 #include "harness/test_case.h"
-#include "harness/tolerance.h"
+#include "reference/tolerance.h"
 #include "runtime/backend.h"
 #include "runtime/status.h"
 
 namespace attnkit::harness {
+
+// The tolerance model is reference/tolerance.h (the decode report uses it
+// too); the results carry its error and bounds.
+using reference::Bounds;
+using reference::ErrorStats;
 
 enum class Outcome : uint8_t {
   kPass = 0,

@@ -50,6 +50,13 @@ TEST(RunnerTest, TheReferencePassesPlainAndDecodeCases) {
                   "mask=bias,dtype=bf16,layout=bshd"),
              *ref);
   EXPECT_EQ(d.outcome, Outcome::kPass) << d.message;
+  // A loop with nothing in it (q = kv = 0): a one-slot cache, never written
+  // (the fuzzer's seed=1298746443,index=25972 was rejected as "capacity=0").
+  const CheckResult empty =
+      RunOne(Case("seed=1,index=0,steps=1,b=1,hq=4,hkv=2,d=16,q=0,kv=0,"
+                  "mask=bias,layout=bshd"),
+             *ref);
+  EXPECT_EQ(empty.outcome, Outcome::kPass) << empty.message;
 }
 
 TEST(RunnerTest, AnUnsupportedProblemIsSkippedNotFailed) {

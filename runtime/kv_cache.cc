@@ -156,6 +156,29 @@ Status KvCache::Append(int64_t layer, const TensorView& new_k,
       backend);
 }
 
+Status KvCache::Truncate(std::span<const int64_t> lens) {
+  if (static_cast<int64_t>(lens.size()) != config_.batch) {
+    return Status::InvalidArgument(
+        "KvCache::Truncate: lens has " + std::to_string(lens.size()) +
+        " entries, expected batch=" + std::to_string(config_.batch));
+  }
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    for (int64_t b = 0; b < config_.batch; ++b) {
+      if (lens[b] < 0 || lens[b] > lengths(l)[b]) {
+        return Status::InvalidArgument(
+            "KvCache::Truncate: lens[" + std::to_string(b) +
+            "]=" + std::to_string(lens[b]) + " outside [0, " +
+            std::to_string(lengths(l)[b]) + "], the length of sequence " +
+            std::to_string(b) + " in layer " + std::to_string(l));
+      }
+    }
+  }
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    std::copy(lens.begin(), lens.end(), lengths_ptr() + l * config_.batch);
+  }
+  return Status::Ok();
+}
+
 void KvCache::Clear(std::byte fill) {
   std::fill_n(lengths_ptr(), config_.layers * config_.batch, 0);
   const std::span<const std::byte> all = bytes();

@@ -93,6 +93,14 @@ class KvCache {
   }
   int64_t max_length(int64_t layer) const;
 
+  // Keeps the first lens[b] tokens of sequence b in every layer and forgets
+  // the rest (rolls back rejected speculative tokens; restarts a measurement
+  // from the same context). Nothing is written: the next Append overwrites
+  // the forgotten positions. INVALID_ARGUMENT, changing nothing, when lens
+  // does not have one entry per sequence or asks a layer's sequence for
+  // more tokens than it holds.
+  Status Truncate(std::span<const int64_t> lens);
+
   // Forgets every token and fills the whole storage with `fill`. A pattern
   // such as 0xFF (NaN in f32 and bf16) makes a kernel that reads past a
   // sequence's length produce NaN, which the differential checks catch.

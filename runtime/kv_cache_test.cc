@@ -156,6 +156,57 @@ TEST(KvCacheTest, OverflowNamesTheSequenceAndChangesNothing) {
   EXPECT_EQ(cache->lengths(0)[2], 0);
 }
 
+// Truncate forgets tokens without writing; the next append lands where the
+// kept context ends. Bad lengths are named and change nothing.
+TEST(KvCacheTest, TruncateRollsBackAndTheNextAppendOverwrites) {
+  KvCacheConfig c = SmallConfig(DType::kF32, KvLayout::kBHSD);
+  auto cache = KvCache::Create(c);
+  ASSERT_TRUE(cache.ok());
+  cache->Clear(kSentinel);
+  Tensor a = Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, 4, c.head_dim});
+  Tensor b = Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, 4, c.head_dim});
+  Rng rng(2);
+  FillNormal(a.view, rng);
+  FillNormal(b.view, rng);
+  const std::vector<int64_t> four{4, 4, 4}, one{1, 1, 1};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    ASSERT_TRUE(cache->Append(l, a.view, a.view, four).ok());
+  }
+  const std::vector<std::byte> before(cache->bytes().begin(),
+                                      cache->bytes().end());
+
+  const std::vector<int64_t> too_long{2, 5, 0}, negative{2, -1, 0},
+      short_list{2, 2};
+  Status s = cache->Truncate(too_long);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("lens[1]=5 outside [0, 4]"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(cache->Truncate(negative).code(), StatusCode::kInvalidArgument);
+  s = cache->Truncate(short_list);
+  EXPECT_NE(s.message().find("2 entries, expected batch=3"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(cache->lengths(1)[1], 4);
+
+  const std::vector<int64_t> keep{2, 4, 0};
+  ASSERT_TRUE(cache->Truncate(keep).ok());
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), cache->bytes().begin()))
+      << "Truncate wrote to the storage";
+  for (int64_t l = 0; l < c.layers; ++l) {
+    EXPECT_EQ(cache->lengths(l)[0], 2);
+    EXPECT_EQ(cache->lengths(l)[1], 4);
+    EXPECT_EQ(cache->lengths(l)[2], 0);
+  }
+  ASSERT_TRUE(cache->Append(0, b.view, b.view, one).ok());
+  const KvCache::View k = cache->Prefix(0);
+  for (int64_t h = 0; h < c.kv_heads; ++h)
+    for (int64_t d = 0; d < c.head_dim; ++d) {
+      EXPECT_EQ(k.k.Load(0, h, 2, d), b.view.Load(0, h, 0, d));
+      EXPECT_EQ(k.k.Load(1, h, 4, d), b.view.Load(1, h, 0, d));
+      EXPECT_EQ(k.k.Load(2, h, 0, d), b.view.Load(2, h, 0, d));
+      EXPECT_EQ(k.k.Load(0, h, 1, d), a.view.Load(0, h, 1, d));
+    }
+}
+
 TEST(KvCacheTest, BadInputIsNamed) {
   KvCacheConfig c = SmallConfig(DType::kF32, KvLayout::kBHSD);
   c.capacity = 0;

@@ -1,10 +1,13 @@
-#include "harness/tolerance.h"
+#include "reference/tolerance.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-namespace attnkit::harness {
+#include "reference/oracle.h"
+#include "reference/reference.h"
+
+namespace attnkit::reference {
 
 ErrorStats MeasureError(const AttentionProblem& p,
                         const std::vector<double>& truth, const TensorView& out,
@@ -148,4 +151,27 @@ bool WithinTolerance(const ErrorStats& e, const Bounds& b) {
   return e.nonfinite == 0 && e.max_abs <= b.max_abs && e.mean_abs <= b.mean_abs;
 }
 
-}  // namespace attnkit::harness
+StatusOr<Truth> ComputeTruth(const AttentionProblem& p,
+                             const AttentionArgs& args) {
+  Truth t;
+  ATTNKIT_RETURN_IF_ERROR(OracleAttention(p, args, &t.oracle));
+  // NaN first: an element the reference leaves unwritten counts as
+  // non-finite below instead of passing on stale values.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_lens[b]; ++i)
+        for (int64_t e = 0; e < p.head_dim; ++e)
+          args.out.Store(b, h, i, e, nan);
+  ATTNKIT_RETURN_IF_ERROR(Attention(p, args));
+  const ErrorStats naive = MeasureError(p, t.oracle, args.out);
+  if (naive.nonfinite > 0) {
+    return Status::Internal("the naive reference produced NaN/Inf on " +
+                            p.ToString());
+  }
+  t.bounds = ToleranceFor(p, naive, ValueScale(p, args.v),
+                          MeasureLogitSensitivity(p, args, t.oracle));
+  return t;
+}
+
+}  // namespace attnkit::reference

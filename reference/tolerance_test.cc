@@ -1,11 +1,11 @@
-#include "harness/tolerance.h"
+#include "reference/tolerance.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-namespace attnkit::harness {
+namespace attnkit::reference {
 namespace {
 
 TEST(ToleranceTest, BoundsFollowTheFormula) {
@@ -99,4 +99,4 @@ TEST(ValueScaleTest, IsTheLargestVisibleValue) {
 }
 
 }  // namespace
-}  // namespace attnkit::harness
+}  // namespace attnkit::reference

@@ -13,17 +13,18 @@
 // average); the floor covers problems where the naive reference happens to
 // be exact (one key, a one-hot softmax) but a correct kernel that sums in
 // another order or uses a polynomial exp is a few ulps off.
-#ifndef ATTNKIT_HARNESS_TOLERANCE_H_
-#define ATTNKIT_HARNESS_TOLERANCE_H_
+#ifndef ATTNKIT_REFERENCE_TOLERANCE_H_
+#define ATTNKIT_REFERENCE_TOLERANCE_H_
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
 #include "runtime/problem.h"
+#include "runtime/status.h"
 #include "runtime/tensor.h"
 
-namespace attnkit::harness {
+namespace attnkit::reference {
 
 // Error of one output against the oracle, over rows i < q_lens[b] only.
 struct ErrorStats {
@@ -112,6 +113,20 @@ Bounds ToleranceFor(const AttentionProblem& p, const ErrorStats& naive,
 double ErrorRatio(const ErrorStats& e, const Bounds& b);
 bool WithinTolerance(const ErrorStats& e, const Bounds& b);
 
-}  // namespace attnkit::harness
+// What one attention call is held to: the f64 oracle's dense output
+// ([batch, q_heads, max_q_len, head_dim]) and the bounds derived from the
+// naive reference's error on the same inputs.
+struct Truth {
+  std::vector<double> oracle;
+  Bounds bounds;
+};
+// Runs the oracle and the naive reference on (p, args). args.out is scratch:
+// it holds the naive reference's output afterwards. INTERNAL when the naive
+// reference leaves an element unwritten or produces NaN/Inf (the inputs or
+// the reference are broken, not the backend under test).
+StatusOr<Truth> ComputeTruth(const AttentionProblem& p,
+                             const AttentionArgs& args);
 
-#endif  // ATTNKIT_HARNESS_TOLERANCE_H_
+}  // namespace attnkit::reference
+
+#endif  // ATTNKIT_REFERENCE_TOLERANCE_H_
