@@ -9,7 +9,7 @@
 // bounds, the per-tile key range [lo, hi) (masked tiles stay skipped), the
 // score modifier (scale, bias, mask — its body is re-emitted on vectors) and
 // the tile sizes. Everything becomes vector<16xf32> work (AVX-512: 32 zmm
-// registers, 1 FMA/cycle on Zen 4 = 32 flop/cycle).
+// registers; with 1 zmm FMA per cycle, 32 flop/cycle).
 //
 // Two micro-kernel families, chosen by the query tile:
 //

@@ -1,6 +1,6 @@
 // A decode loop of a model-like stack of attention layers, metered per step:
-// the workload behind ../shared/seeds/002 (Llama-2 decode), run two ways on
-// the same inputs so the cost of the KV update is visible side by side:
+// Llama-2-style token-by-token generation, run two ways on the same inputs so
+// the cost of the KV update is visible side by side:
 //
 //   kInPlace     : a capacity-preallocated KvCache; each step's K/V are
 //                  written with the backend's AppendKv and attention reads the

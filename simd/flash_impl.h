@@ -5,6 +5,10 @@
 // for another's (an ODR trap of multi-ISA builds). For the same reason this
 // file avoids out-of-line std:: algorithms.
 //
+// Timings quoted in this file were measured on a 2-core AMD EPYC Zen 5 family
+// 26, GCC 12.2 (2026-11-21), as % of a paired read pass (bench/README.md)
+// unless stated.
+//
 // Algorithm (FlashAttention-2 on a CPU). One work item = rows R (queries x the
 // query heads of one KV head) and a key range. For each KV tile:
 //   S = Q K^T (log2 units: scale*log2(e) folded into one constant c, so the
@@ -645,9 +649,10 @@ struct Flash {
   // Software prefetch (into L1) of the rows a loop will read PrefetchKeys()
   // keys later, issued one row at a time from inside the loop's compute:
   // Fetch(j) fetches row j of [base + j*stride, + bytes), rows j < n exist.
-  // Spreading the prefetches over the work matters on Zen 4: the same rows
-  // fetched in bursts of 16 per 16-key block ran bf16 decode (d=128, kv 16k)
-  // at 52-58% of a paired read pass on one core, one row per key at 75-80%.
+  // Spreading the prefetches over the work matters (measured as above): the
+  // same rows fetched in bursts of 16 per 16-key block ran bf16 decode (d=128,
+  // kv 16k) at 52-58% of a paired read pass on one core, one row per key at
+  // 75-80%.
   struct AheadRows {
     const char* base = nullptr;  // null: nothing to fetch
     int64_t stride = 0, n = 0, bytes = 0;
@@ -775,7 +780,7 @@ struct Flash {
   //
   // Load order: key by key, each K row's lines in address order. Walking d
   // in the outer loop instead (one vector of each of the KB rows in turn)
-  // jumps back and forth across KB rows, and Zen 4's hardware prefetchers
+  // jumps back and forth across KB rows, and the hardware prefetchers
   // then stop streaming K: from DRAM QK^T cost 98 cycles/key that way and 41
   // key by key (bf16 d=128, 4 rows, no software prefetch; 17 in cache).
   // On AVX-512 a segment of Q (kQkSeg vectors of d per row) sits in the 16

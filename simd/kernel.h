@@ -22,21 +22,23 @@ namespace attnkit::simd::internal {
 inline constexpr int kMaxRows = 64;
 // Keys per tile when rows run along vector lanes (prefill): a 64-key S^T tile
 // of 64 rows is 16 KiB, and K/V tiles of 64 keys x d=128 are 32 KiB each,
-// so the working set stays in Zen 4's 1 MiB L2 with S^T in L1 (32 KiB).
+// so the working set stays in a 1 MiB L2 with S^T in a 32 KiB L1.
 inline constexpr int64_t kTileLanes = 64;
 // Keys per tile when d runs along the lanes (decode, few rows). Longer tiles
 // amortize the per-tile softmax reductions (and the haddp of P.V over
 // transposed V); shorter ones keep the K and V streams from DRAM both moving
-// (each tile reads K, then V). Measured on Zen 4, bf16 d=128 kv 16k, 1 thread,
-// as % of a paired read pass: 256 keys 53%, 128 keys 68-77%, 64 keys 69-73%.
+// (each tile reads K, then V). Measured on an AMD EPYC Zen 5 (family 26, 2
+// cores; GCC 12.2; 2026-11-21), bf16 d=128 kv 16k, 1 thread, as % of a paired
+// read pass: 256 keys 53%, 128 keys 68-77%, 64 keys 69-73%.
 inline constexpr int64_t kTileRows = 128;
 // How far ahead the decode path prefetches the K rows it will dot next and
 // the V rows it will accumulate next, in bytes of each stream: one row at a
-// time, in address order, into L1 (prefetcht0). Zen 4's hardware prefetchers
-// alone stream these rows at about half the rate one core consumes them.
-// 8 KiB (32 bf16 or 16 f32 rows of d=128) ran f32 decode at 62-70% of a
-// paired read pass on one core where 32 KiB ran it at 55-61% (the lines
-// ahead of both streams then crowd L1); bf16 ran the same at 8 and 16 KiB.
+// time, in address order, into L1 (prefetcht0). Measured on the same machine,
+// compiler and date as kDecodeTileKeys: the hardware prefetchers alone stream
+// these rows at about half the rate one core consumes them; 8 KiB (32 bf16 or
+// 16 f32 rows of d=128) ran f32 decode at 62-70% of a paired read pass on one
+// core where 32 KiB ran it at 55-61% (the lines ahead of both streams then
+// crowd L1); bf16 ran the same at 8 and 16 KiB.
 inline constexpr int64_t kPrefetchBytes = 8192;
 constexpr int64_t PrefetchKeys(int64_t row_bytes) {
   return row_bytes >= kPrefetchBytes / 4 ? 4 : kPrefetchBytes / row_bytes;
