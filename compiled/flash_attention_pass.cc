@@ -1,5 +1,4 @@
-//===- flash_attention_pass.cc - naive attention -> FlashAttention
-//---------===//
+//===- flash_attention_pass.cc - naive attention -> FlashAttention --------===//
 //
 // `attnkit-flash-attention` recognizes the naive attention chain of six
 // linalg.generic ops on tensors (what ir_builder.cc emits: scores, mask,

@@ -90,7 +90,7 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   // threads, against 95% for the compiled kernel (2-core AMD EPYC Zen 5 family
   // 26, GCC 12.2, 2026-11-21). Items of nkv adjacent kv heads walk their tiles
   // head by head, so a thread reads nkv rows contiguously per position. Only
-  // for few rows per head (the rows path) and enough items left for the
+  // for few rows per head (the decode path) and enough items left for the
   // threads.
   int64_t max_q = 0;
   for (const int64_t q : p.q_lens) max_q = std::max(max_q, q);
