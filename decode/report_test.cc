@@ -106,7 +106,7 @@ TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
   const std::string table = FormatDecodeTable(*report, o);
   EXPECT_NE(table.find("decode: PASS"), std::string::npos) << table;
 
-  const auto json = nlohmann::json::parse(DecodeReportJson(*report, o));
+  auto json = nlohmann::json::parse(DecodeReportJson(*report, o));
   EXPECT_EQ(json["schema"], "attnkit.decode.v1");
   EXPECT_EQ(json["config"]["layers"], 2);
   EXPECT_EQ(json["config"]["layout"], "bshd");
@@ -124,7 +124,7 @@ TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
                                       "peak_bytes"};
   ASSERT_EQ(json["rows"].size(), 4u);
   std::set<std::string> modes;
-  for (const auto& row : json["rows"]) {
+  for (auto& row : json["rows"]) {
     std::set<std::string> keys;
     for (const auto& [key, value] : row.items()) {
       keys.insert(key);
@@ -153,7 +153,7 @@ TEST(DecodeReportTest, JsonWritesNonFiniteNumbersAsNullInSchemaOrder) {
   report.rows.push_back(row);
   report.failures.push_back("a \"quoted\"\tline");
   const std::string text = DecodeReportJson(report, o);
-  const auto json = nlohmann::json::parse(text);
+  auto json = nlohmann::json::parse(text);
   EXPECT_TRUE(json["rows"][0]["append_us"].is_null()) << text;
   EXPECT_TRUE(json["rows"][0]["attention_us"].is_null()) << text;
   EXPECT_EQ(json["rows"][0]["step_us"], 2.5);

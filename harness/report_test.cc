@@ -31,7 +31,7 @@ TEST(ReportTest, JsonIsValidAndHasTheSchemaFields) {
       CampaignJson(r, {"smoke", 1, "0/1", std::span(plugins)});
   // parse() is strict RFC 8259 (no NaN, no trailing commas): the report must
   // load in any consumer.
-  const auto json = nlohmann::json::parse(text, nullptr, false);
+  auto json = nlohmann::json::parse(text, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << text;
   EXPECT_EQ(json["schema_version"], kJsonSchemaVersion);
   EXPECT_EQ(json["tool"], "attnkit check");
@@ -45,7 +45,7 @@ TEST(ReportTest, JsonIsValidAndHasTheSchemaFields) {
   EXPECT_EQ(json["backends"][1]["name"], "canary_wrong_scale");
   // One object per failing case, with its reproducer.
   ASSERT_EQ(static_cast<int64_t>(json["failures"].size()), r.failures);
-  const auto& f = json["failures"][0];
+  auto& f = json["failures"][0];
   EXPECT_EQ(f["outcome"], "mismatch");
   EXPECT_EQ(f["max_abs_index"].size(), 4u);
   const std::string repro = f["reproducer"];
@@ -75,7 +75,7 @@ TEST(ReportTest, JsonWritesNonFiniteNumbersAsNull) {
   r.fatal = true;
   r.fatal_message = "case \"x\" did not validate";
   const std::string text = CampaignJson(r, {"smoke", 1, "0/1", {}});
-  const auto json = nlohmann::json::parse(text, nullptr, false);
+  auto json = nlohmann::json::parse(text, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << text;
   EXPECT_TRUE(json["backends"][0]["worst_ratio"].is_null()) << text;
   EXPECT_TRUE(json["failures"][0]["max_abs_err"].is_null()) << text;
