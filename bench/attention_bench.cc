@@ -34,13 +34,13 @@
 #include "bench/calibration.h"
 #include "bench/output_check.h"
 #include "bench/run_data.h"
-#include "bench/stats.h"
 #include "decode/step.h"
 #include "reference/concat_kv.h"
 #include "runtime/accounting.h"
 #include "runtime/kv_cache.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
+#include "runtime/stats.h"
 
 namespace attnkit::bench {
 namespace {
@@ -53,7 +53,8 @@ bool g_quick = false;
 
 // A backend with the quadratic_prefill trait (the reference) materializes
 // S = QK^T per head: at S 4096, hq 32 one call is ~275 GFLOP of
-// single-threaded Eigen plus 512M exp()s -- tens of seconds a call. Above
+// single-threaded Eigen plus 512M exp()s -- tens of seconds a call on a
+// 2-core AMD EPYC Zen 5 family 26, GCC 12.2, 2026-11-21. Above
 // this length only the other backends run prefill.
 constexpr int64_t kQuadraticPrefillMaxS = 2048;
 
@@ -126,7 +127,8 @@ double PctOf(double rate, double peak) { return 100.0 * rate / peak; }
 void BM_Fma(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   double flops = 0;
-  // 2^20 rounds: ~2 ms a call, long against an OpenMP wake-up.
+  // 2^20 rounds: ~2 ms a call (2-core AMD EPYC Zen 5 family 26, GCC 12.2,
+  // 2026-11-21), long against an OpenMP wake-up.
   for (auto _ : state) flops += RunFmaChains(1 << 20, threads);
   state.counters["GFLOPS"] =
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
@@ -247,9 +249,10 @@ AttentionProblem DecodeProblem(int64_t kv_len, DType dtype, int64_t batch) {
 
 // decode/'s figure divided by calibration/read_bw's (pct_read_bw_same_run)
 // compares medians taken at different moments of a run, while this host's
-// read bandwidth swings 26..83 GB/s within minutes. Here each iteration is
-// one round: one read pass over the read_bw buffer (all threads), then
-// decode calls for as long as that pass took (at least one; the read pass
+// read bandwidth swings 26..83 GB/s within minutes (all figures in this
+// comment: 2-core AMD EPYC Zen 5 family 26, GCC 12.2, 2026-11-21). Here each
+// iteration is one round: one read pass over the read_bw buffer (all threads),
+// then decode calls for as long as that pass took (at least one; the read pass
 // has evicted the KV cache, so the first call streams it from DRAM as a
 // decode step does). The two halves of a round see the same tenant load, so
 //   pct_read_bw_paired = median over rounds of
@@ -486,8 +489,7 @@ void BM_FirstCall(benchmark::State& state, const BackendInfo* info) {
               .count());
       if (!s.ok()) return SetError(state, s);
     }
-    std::sort(t.begin(), t.end());
-    warm = t[2];
+    warm = Median(t);
   }
   double first_total = 0;
   for (auto _ : state) {

@@ -26,7 +26,7 @@
 #include "bench/decode_bandwidth.h"
 #include "bench/history.h"
 #include "bench/run_data.h"
-#include "bench/stats.h"
+#include "runtime/stats.h"
 
 namespace attnkit::bench {
 namespace {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "bench/stats.h"
+#include "runtime/stats.h"
 
 namespace attnkit::bench {
 namespace {

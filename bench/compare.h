@@ -8,9 +8,10 @@
 //   errors : a benchmark whose output check failed in the new run is a
 //            regression whatever its speed.
 //   calibration/ benchmarks measure the host (FMA peak, read bandwidth), which
-//   other tenants move by up to 2.7x within minutes here; `./attnkit bench`
-//   runs read_bw in every run as the divisor of pct_read_bw_same_run. Their
-//   significant changes are reported (kHost), never gated.
+//   other tenants move by up to 2.7x within minutes (2-core AMD EPYC Zen 5
+//   family 26, GCC 12.2, 2026-11-21); `./attnkit bench` runs read_bw in every
+//   run as the divisor of pct_read_bw_same_run. Their significant changes are
+//   reported (kHost), never gated.
 #ifndef ATTNKIT_BENCH_COMPARE_H_
 #define ATTNKIT_BENCH_COMPARE_H_
 

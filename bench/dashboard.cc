@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "bench/decode_bandwidth.h"
-#include "bench/stats.h"
+#include "runtime/stats.h"
 
 namespace attnkit::bench {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "bench/stats.h"
+#include "runtime/stats.h"
 
 namespace attnkit::bench {
 namespace {

@@ -1,11 +1,12 @@
 // Decode figures as a fraction of the read bandwidth measured in the SAME run.
 //
-// Why: the memory read bandwidth of this shared host swings between 26 and
-// 71 GB/s within minutes (other tenants), so the one-off calibration taken at
-// start-up (the `pct_peak` counter, `calib_read_gbps_all`) can be off by 1.5x
-// for a benchmark measured minutes later. `calibration/read_bw/threads:N` is
-// an ordinary benchmark of the run: with random interleaving its repetitions
-// are spread over the whole run like the decode ones, so
+// Why: the memory read bandwidth of this shared host (2-core AMD EPYC Zen 5
+// family 26, GCC 12.2, 2026-11-21) swings between 26 and 71 GB/s within minutes
+// (other tenants), so the one-off calibration taken at start-up (the `pct_peak`
+// counter, `calib_read_gbps_all`) can be off by 1.5x for a benchmark measured
+// minutes later. `calibration/read_bw/threads:N` is an ordinary benchmark of
+// the run: with random interleaving its repetitions are spread over the whole
+// run like the decode ones, so
 //   pct_read_bw_same_run = 100 * median(decode GBps) / median(read_bw GBps)
 // compares two figures that sampled the same tenant load. Medians, not means:
 // one repetition taken while a neighbour streams memory drags a mean by 20%.

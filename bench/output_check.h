@@ -26,7 +26,8 @@ inline constexpr double kCheckTolerance = 2e-3;
 // end of the context), so the oracle runs on it directly. FAILED_PRECONDITION
 // names the worst element on a mismatch.
 // `full_check_work` is the oracle work (batch x heads x rows x keys x dim)
-// up to which every row is checked (~0.2 s of f64 loops by default).
+// up to which every row is checked (~0.2 s of f64 loops by default on a
+// 2-core AMD EPYC Zen 5 family 26, GCC 12.2, 2026-11-21).
 inline constexpr double kFullCheckWork = 2e8;
 Status CheckAgainstOracle(const AttentionProblem& p, const AttentionArgs& args,
                           int64_t edge_rows = 4,

@@ -32,14 +32,6 @@ std::vector<double> UDistribution(int m, int n) {
 
 }  // namespace
 
-double Median(std::span<const double> v) {
-  if (v.empty()) return std::nan("");
-  std::vector<double> s(v.begin(), v.end());
-  std::sort(s.begin(), s.end());
-  const size_t n = s.size();
-  return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
 StatusOr<MannWhitneyResult> MannWhitneyU(std::span<const double> x,
                                          std::span<const double> y) {
   if (x.empty() || y.empty()) {

@@ -1,6 +1,6 @@
 // Statistics of the regression gate: the Mann-Whitney U test (rank-sum, no
 // normality assumption: benchmark times are skewed and heavy-tailed, so a
-// t-test would be wrong) and the median it pairs with.
+// t-test would be wrong). The median it pairs with is runtime/stats.h's.
 #ifndef ATTNKIT_BENCH_STATS_H_
 #define ATTNKIT_BENCH_STATS_H_
 
@@ -26,9 +26,6 @@ inline constexpr int kMannWhitneyExactMax = 20;
 // sample is empty or holds a NaN.
 StatusOr<MannWhitneyResult> MannWhitneyU(std::span<const double> x,
                                          std::span<const double> y);
-
-// Median (mean of the two middle values for even sizes); NaN when empty.
-double Median(std::span<const double> v);
 
 }  // namespace attnkit::bench
 

@@ -100,11 +100,5 @@ TEST(MannWhitneyTest, RejectsEmptyAndNaN) {
   EXPECT_NE(r.status().message().find("sample 2"), std::string::npos);
 }
 
-TEST(MedianTest, OddEvenEmpty) {
-  EXPECT_DOUBLE_EQ(Median(std::vector<double>{3, 1, 2}), 2);
-  EXPECT_DOUBLE_EQ(Median(std::vector<double>{4, 1, 3, 2}), 2.5);
-  EXPECT_TRUE(std::isnan(Median(std::vector<double>{})));
-}
-
 }  // namespace
 }  // namespace attnkit::bench

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -94,13 +95,12 @@ inline std::string ReadBwName(int threads) {
 // omp_threads <= 0 leaves it out.
 inline void SetBandwidthContext(RunData& run, int omp_threads,
                                 double start_gbps, bool interleaved = true) {
-  std::string ctx =
-      "{\"calib_read_gbps_all\": \"" + std::to_string(start_gbps) +
-      "\", \"random_interleaving\": \"" + (interleaved ? "1" : "0") + "\"";
-  if (omp_threads > 0) {
-    ctx += ", \"omp_threads\": \"" + std::to_string(omp_threads) + "\"";
-  }
-  run.info.context_json = ctx + "}";
+  // Google Benchmark writes custom context values as strings.
+  nlohmann::ordered_json ctx = {
+      {"calib_read_gbps_all", std::to_string(start_gbps)},
+      {"random_interleaving", interleaved ? "1" : "0"}};
+  if (omp_threads > 0) ctx["omp_threads"] = std::to_string(omp_threads);
+  run.info.context_json = ctx.dump();
 }
 
 // Adds calibration/read_bw/threads:N with one GBps value per repetition (and

@@ -84,12 +84,12 @@ TEST(CompiledBackendTest, DecodeKernelSweepAgainstOracle) {
   EXPECT_EQ(cases, 24);
 }
 
-// Regression: the wide (16-row) kernel register-blocks QK^T as jb keys x
+// Regression: the prefill (16-row) kernel register-blocks QK^T as jb keys x
 // min(G, 4) row vectors with jb = 16 / min(G, 4); for G = 3 that is 5 keys,
 // which does not divide the 64-key tile, and the last block stored scores
 // for key 64 -- past the tile buffer (wrong results, then a crash). Every
 // group 1..8 plus 12 and 16, both V layouts, full and partial key tiles.
-TEST(CompiledBackendTest, WideKernelEveryGqaGroup) {
+TEST(CompiledBackendTest, PrefillKernelEveryGqaGroup) {
   int cases = 0;
   for (int64_t g : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16})
     for (KvLayout layout : {KvLayout::kBHSD, KvLayout::kTransposedV})

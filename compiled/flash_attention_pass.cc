@@ -1,12 +1,11 @@
-//===- flash_attention_pass.cc - naive attention -> FlashAttention
-//---------===//
+//===- flash_attention_pass.cc - naive attention -> FlashAttention --------===//
 //
 // `attnkit-flash-attention` recognizes the naive attention chain of six
-// linalg.generic ops on tensors (what ir_builder.cc emits, seed 000's first
-// listing) and rewrites it into the FlashAttention form: a loop over query
-// tiles, and inside it one scf.for over KV tiles carrying the running max, the
-// running sum and the output accumulator (online softmax). Per KV tile there
-// is exactly one QKᵀ; nothing of size S×S exists any more.
+// linalg.generic ops on tensors (what ir_builder.cc emits: scores, mask,
+// softmax and P·V each materialized) and rewrites it into the FlashAttention
+// form: a loop over query tiles, and inside it one scf.for over KV tiles
+// carrying the running max, the running sum and the output accumulator (online
+// softmax). Per KV tile there is exactly one QKᵀ, and no S×S tensor is left.
 //
 // Before (shapes: G query heads of one GQA group, M queries, N keys, D dims):
 //

@@ -21,7 +21,8 @@ inline constexpr const char *kKernelName = "attention";
 void registerCompiledDialects(mlir::DialectRegistry &registry);
 
 /// Emits `func.func @attention` computing, for one (batch, kv-head) pair and
-/// its `group` query heads, the naive attention of seed 000's first listing:
+/// its `group` query heads, the naive attention (materialized scores, a
+/// separate softmax, then P·V):
 ///   S = Q·Kᵀ; S' = mask(S·scale [+ bias]); M = rowmax S'; E = exp(S' - M);
 ///   L = rowsum E; P = E / L; O = P·V; LSE = M + log L
 /// as linalg.generic ops on tensors. head_dim and group are static, every

@@ -14,9 +14,9 @@
 namespace attnkit::compiled {
 
 /// Below this many query rows per sequence the decode kernel (query tile 1)
-/// wins: it reads K/V once per query row; the wide kernel reads them once per
-/// 16 rows but pads every tile to 16 rows of work (16x the FLOPs of a decode
-/// step, which then stops being bandwidth-bound).
+/// wins: it reads K/V once per query row; the prefill kernel reads them once
+/// per 16 rows but pads every tile to 16 rows of work (16x the FLOPs of a
+/// decode step, which then stops being bandwidth-bound).
 inline constexpr int64_t kDecodeMaxQueries = 4;
 
 /// The query tile the backend uses for a problem whose longest query block
@@ -37,7 +37,7 @@ struct KernelSpec {
   /// Query heads sharing one KV head (GQA); 1 = MHA.
   int64_t group = 1;
   /// Query rows per tile and query head: 16 (a multiple of the 16 f32 lanes)
-  /// selects the wide prefill micro-kernel, 1 the decode kernel that streams
+  /// selects the prefill micro-kernel, 1 the decode kernel that streams
   /// K/V rows (see vectorize_flash_pass.cc).
   int64_t queryTile = 16;
 

@@ -1,5 +1,4 @@
-//===- math_approximation_pass.cc - exp2/log2 as polynomials
-//---------------===//
+//===- math_approximation_pass.cc - exp2/log2 as polynomials --------------===//
 //
 // `attnkit-approximate-math` rewrites math.exp2 / math.exp / math.log2 /
 // math.log into upstream's polynomial approximations (arith ops only), so the

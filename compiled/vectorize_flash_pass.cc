@@ -1,5 +1,4 @@
-//===- vectorize_flash_pass.cc - flash form -> AVX-512 vector micro-kernels
-//===//
+//===- vectorize_flash_pass.cc - flash form -> AVX-512 kernels ------------===//
 //
 // `attnkit-vectorize-flash` takes the FlashAttention form that
 // `attnkit-flash-attention` produces (a query-tile scf.for around the KV-tile
@@ -9,11 +8,11 @@
 // bounds, the per-tile key range [lo, hi) (masked tiles stay skipped), the
 // score modifier (scale, bias, mask — its body is re-emitted on vectors) and
 // the tile sizes. Everything becomes vector<16xf32> work (AVX-512: 32 zmm
-// registers, 1 FMA/cycle on Zen 4 = 32 flop/cycle).
+// registers; with 1 zmm FMA per cycle, 32 flop/cycle).
 //
 // Two micro-kernel families, chosen by the query tile:
 //
-// * wide (query tile a multiple of 16; prefill). R = G*BQ rows. Q is packed
+// * prefill (query tile a multiple of 16). R = G*BQ rows. Q is packed
 //   once per query tile as Qᵀ[D][R] (f32), so the QKᵀ inner loop broadcasts a
 //   key element and FMAs contiguous Qᵀ rows: register block 4 keys x 64 rows
 //   (16 accumulators, 4 loads + 4 broadcasts per 16 FMAs), no per-tile
@@ -23,7 +22,8 @@
 //   (contiguous rows), register block 4 rows x 64 columns; for transposed V
 //   the accumulator is accᵀ[D][R] and V[d][j] is broadcast instead.
 //
-// * narrow (any other query tile; decode uses 1). R = G*BQ is small, so the
+// * decode (any other query tile; the backend uses 1). R = G*BQ is small, so
+// the
 //   kernel streams K rows at full vector width: s[r][j] = reduce(K[j][:] x
 //   q[r][:]); the softmax runs along keys on S[R][BK]; P·V streams V rows
 //   (or, transposed, reduces along Vᵀ rows with masked loads).
@@ -358,15 +358,15 @@ private:
   void initTile(Value rows);
   void pvRows(Value j0, Value bk, function_ref<Value(Value j, Value r)> pAt,
               Value r0, int64_t rows);
-  void pvTransposedWide(Value j0, Value bk);
-  void pvTransposedNarrow(Value j0, Value bk);
+  void pvTransposedPrefill(Value j0, Value bk);
+  void pvTransposedDecode(Value j0, Value bk);
   void softmaxRowUpdate(Value rowIdx, Value mt, int64_t w,
                         function_ref<Value(Value ms)> expSum);
   Value transposeReduce(SmallVector<Value> acc);
-  void qkNarrowBlock(Value j0, Value bk, int64_t r0, int64_t rb);
+  void qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb);
   void epilogue(Value i0, Value bq);
-  void emitWide(Value i0, Value bq, Value lo, Value hi);
-  void emitNarrow(Value i0, Value bq, Value lo, Value hi);
+  void emitPrefill(Value i0, Value bq, Value lo, Value hi);
+  void emitDecode(Value i0, Value bq, Value lo, Value hi);
 
   FlashLoop f_;
   OpBuilder &b_;
@@ -537,9 +537,9 @@ void Emitter::pvRows(Value j0, Value bk,
   }
 }
 
-/// Transposed V, wide kernel: accᵀ[d][r-vector] = accᵀ * alpha +
+/// Transposed V, prefill kernel: accᵀ[d][r-vector] = accᵀ * alpha +
 /// sum_j Vᵀ[d][j0+j] (broadcast) * Pᵀ[j][r-vector]; blocks of 4 d x 4 vectors.
-void Emitter::pvTransposedWide(Value j0, Value bk) {
+void Emitter::pvTransposedPrefill(Value j0, Value bk) {
   const int64_t rv = rows_ / kLanes, rvb = std::min<int64_t>(rv, 4);
   auto block = [&](Value d0, int64_t db) {
     for (int64_t v0 = 0; v0 < rv; v0 += rvb) {
@@ -578,9 +578,9 @@ void Emitter::pvTransposedWide(Value j0, Value bk) {
     block(cI(full), f_.d - full);
 }
 
-/// Transposed V, narrow kernel: acc[r][d] = acc * alpha +
+/// Transposed V, decode kernel: acc[r][d] = acc * alpha +
 /// reduce_j(P[r][j] * Vᵀ[d][j0+j]) with Vᵀ rows streamed (masked past bk).
-void Emitter::pvTransposedNarrow(Value j0, Value bk) {
+void Emitter::pvTransposedDecode(Value j0, Value bk) {
   loop(cI(0), cI(f_.d), cI(1), [&](Value dd) {
     SmallVector<Value> vt;
     for (int64_t jc = 0; jc < f_.bk; jc += kLanes)
@@ -632,7 +632,7 @@ void Emitter::epilogue(Value i0, Value bq) {
   });
 }
 
-void Emitter::emitWide(Value i0, Value bq, Value lo, Value hi) {
+void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
   const int64_t d = f_.d, bkMax = f_.bk, rv = rows_ / kLanes;
   const float negInf = -std::numeric_limits<float>::infinity();
   // Qᵀ[d][r], rows past bq zero (their results are never written).
@@ -729,7 +729,7 @@ void Emitter::emitWide(Value i0, Value bq, Value lo, Value hi) {
     });
     // P·V.
     if (accTransposed_) {
-      pvTransposedWide(j0, bk);
+      pvTransposedPrefill(j0, bk);
     } else {
       // R = 16 G: whole blocks of 4 rows.
       loop(cI(0), cI(rows_), cI(4), [&](Value r0) {
@@ -791,7 +791,7 @@ Value Emitter::transposeReduce(SmallVector<Value> acc) {
 /// one transposeReduce yields all 16 scores. Keys past the tile end repeat
 /// its last key (scores_ rows stay in bounds: kb divides the tile; the
 /// softmax masks j >= bk).
-void Emitter::qkNarrowBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
+void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
   const int64_t kb = kLanes / rb, d = f_.d, full = d / kLanes * kLanes;
   Value last = sub(bk, cI(1));
   loop(cI(0), bk, cI(kb), [&](Value jj0) {
@@ -829,7 +829,7 @@ void Emitter::qkNarrowBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
   });
 }
 
-void Emitter::emitNarrow(Value i0, Value bq, Value lo, Value hi) {
+void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
   const int64_t d = f_.d, bkMax = f_.bk;
   const float negInf = -std::numeric_limits<float>::infinity();
   auto dch = chunks(d);
@@ -854,7 +854,7 @@ void Emitter::emitNarrow(Value i0, Value bq, Value lo, Value hi) {
     for (int64_t r0 = 0, rb = 8; r0 < rows_; r0 += rb) {
       while (rb > rows_ - r0)
         rb /= 2;
-      qkNarrowBlock(j0, bk, r0, rb);
+      qkDecodeBlock(j0, bk, r0, rb);
     }
     // Modifier + online softmax along keys, row by row.
     loop(cI(0), cI(rows_), cI(1), [&](Value r) {
@@ -897,7 +897,7 @@ void Emitter::emitNarrow(Value i0, Value bq, Value lo, Value hi) {
       storeS(alpha, alpha_, {r});
     });
     if (f_.vTransposed) {
-      pvTransposedNarrow(j0, bk);
+      pvTransposedDecode(j0, bk);
     } else {
       prefetchV_ = true;
       const int64_t rb = std::min<int64_t>(rows_, kLanes);
@@ -916,9 +916,9 @@ void Emitter::emitNarrow(Value i0, Value bq, Value lo, Value hi) {
 void Emitter::emit() {
   scf::ForOp outer = f_.outer;
   rows_ = f_.g * f_.bq;
-  const bool wide = f_.bq % kLanes == 0;
-  accTransposed_ = wide && f_.vTransposed;
-  if (wide) {
+  const bool prefill = f_.bq % kLanes == 0;
+  accTransposed_ = prefill && f_.vTransposed;
+  if (prefill) {
     qpack_ = tileBuffer({f_.d, rows_});
     scores_ = tileBuffer({f_.bk, rows_});
   } else {
@@ -954,10 +954,10 @@ void Emitter::emit() {
   Value lo = map.lookupOrDefault(f_.inner.getLowerBound());
   Value hi = map.lookupOrDefault(f_.inner.getUpperBound());
   Value bq = minI(outer.getStep(), sub(outer.getUpperBound(), i0));
-  if (wide)
-    emitWide(i0, bq, lo, hi);
+  if (prefill)
+    emitPrefill(i0, bq, lo, hi);
   else
-    emitNarrow(i0, bq, lo, hi);
+    emitDecode(i0, bq, lo, hi);
 }
 
 class VectorizeFlashPass

@@ -1,10 +1,10 @@
 #include "decode/report.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string_view>
 
@@ -12,6 +12,7 @@
 #include "reference/tolerance.h"
 #include "runtime/accounting.h"
 #include "runtime/parse.h"
+#include "runtime/stats.h"
 
 namespace attnkit::decode {
 namespace {
@@ -20,13 +21,6 @@ Status BadFlag(std::string_view flag, std::string_view value,
                std::string_view why) {
   return Status::InvalidArgument(std::string(flag) + "=" + std::string(value) +
                                  ": " + std::string(why));
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string HumanBytes(double b) {
@@ -44,34 +38,6 @@ std::string HumanBytes(double b) {
     std::snprintf(buf, sizeof(buf), "%.1f %s", b, units[u]);
   }
   return buf;
-}
-
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[40];
-  if (v == std::floor(v) && std::fabs(v) < 9e15) {
-    std::snprintf(buf, sizeof(buf), "%.0f", v);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.6g", v);
-  }
-  return buf;
-}
-
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 DecodeReportRow Summarize(const DecodeSession& s, int64_t kv_len) {
@@ -598,37 +564,36 @@ std::string DecodeReportJson(const DecodeReport& report,
     backends += (backends.empty() ? "" : ",") + b.name;
   }
   if (backends.empty()) backends = c.backend;
-  std::ostringstream os;
-  os << "{\n  \"schema\": \"attnkit.decode.v1\",\n  \"config\": {"
-     << "\"backend\": " << JsonString(backends) << ", \"layers\": " << c.layers
-     << ", \"batch\": " << c.batch << ", \"heads\": " << c.q_heads
-     << ", \"kv_heads\": " << c.kv_heads << ", \"head_dim\": " << c.head_dim
-     << ", \"dtype\": " << JsonString(DTypeName(c.dtype))
-     << ", \"layout\": " << JsonString(KvLayoutName(c.layout))
-     << ", \"steps\": " << c.steps << ", \"seed\": " << c.seed << "},\n"
-     << "  \"rows\": [";
-  for (size_t i = 0; i < report.rows.size(); ++i) {
-    const DecodeReportRow& r = report.rows[i];
-    os << (i ? ",\n    " : "\n    ")
-       << "{\"backend\": " << JsonString(r.backend)
-       << ", \"mode\": " << JsonString(DecodeModeName(r.mode))
-       << ", \"kv_len\": " << r.kv_len
-       << ", \"allocs_per_step\": " << JsonNumber(r.allocs_per_step)
-       << ", \"bytes_allocated_per_step\": "
-       << JsonNumber(r.bytes_allocated_per_step)
-       << ", \"bytes_copied_per_step\": " << JsonNumber(r.bytes_copied_per_step)
-       << ", \"new_token_bytes\": " << r.new_token_bytes
-       << ", \"append_us\": " << JsonNumber(r.append_us)
-       << ", \"attention_us\": " << JsonNumber(r.attention_us)
-       << ", \"step_us\": " << JsonNumber(r.step_us)
-       << ", \"peak_bytes\": " << r.peak_bytes << "}";
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const DecodeReportRow& r : report.rows) {
+    rows.push_back({{"backend", r.backend},
+                    {"mode", DecodeModeName(r.mode)},
+                    {"kv_len", r.kv_len},
+                    {"allocs_per_step", r.allocs_per_step},
+                    {"bytes_allocated_per_step", r.bytes_allocated_per_step},
+                    {"bytes_copied_per_step", r.bytes_copied_per_step},
+                    {"new_token_bytes", r.new_token_bytes},
+                    {"append_us", r.append_us},
+                    {"attention_us", r.attention_us},
+                    {"step_us", r.step_us},
+                    {"peak_bytes", r.peak_bytes}});
   }
-  os << "\n  ],\n  \"failures\": [";
-  for (size_t i = 0; i < report.failures.size(); ++i) {
-    os << (i ? ", " : "") << JsonString(report.failures[i]);
-  }
-  os << "]\n}\n";
-  return os.str();
+  const nlohmann::ordered_json doc = {{"schema", "attnkit.decode.v1"},
+                                      {"config",
+                                       {{"backend", backends},
+                                        {"layers", c.layers},
+                                        {"batch", c.batch},
+                                        {"heads", c.q_heads},
+                                        {"kv_heads", c.kv_heads},
+                                        {"head_dim", c.head_dim},
+                                        {"dtype", DTypeName(c.dtype)},
+                                        {"layout", KvLayoutName(c.layout)},
+                                        {"steps", c.steps},
+                                        {"seed", c.seed}}},
+                                      {"rows", rows},
+                                      {"failures", report.failures}};
+  // dump() writes a non-finite number (a median of no steps) as null.
+  return doc.dump(2) + "\n";
 }
 
 int DecodeMain(int argc, char** argv) {

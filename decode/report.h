@@ -82,7 +82,8 @@ std::string FormatDecodeTable(const DecodeReport& report,
 // {"schema": "attnkit.decode.v1", "config": {...}, "rows": [{backend, mode,
 // kv_len, allocs_per_step, bytes_allocated_per_step, bytes_copied_per_step,
 // new_token_bytes, append_us, attention_us, step_us, peak_bytes}, ...],
-// "failures": [...]}
+// "failures": [...]}, keys in that order. Non-finite numbers are written as
+// null (JSON has neither NaN nor Inf).
 std::string DecodeReportJson(const DecodeReport& report,
                              const DecodeReportOptions& options);
 

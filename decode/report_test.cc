@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include <regex>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -104,8 +106,11 @@ TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
   const std::string table = FormatDecodeTable(*report, o);
   EXPECT_NE(table.find("decode: PASS"), std::string::npos) << table;
 
-  const std::string json = DecodeReportJson(*report, o);
-  const std::string rows_json = json.substr(json.find("\"rows\""));
+  auto json = nlohmann::json::parse(DecodeReportJson(*report, o));
+  EXPECT_EQ(json["schema"], "attnkit.decode.v1");
+  EXPECT_EQ(json["config"]["layers"], 2);
+  EXPECT_EQ(json["config"]["layout"], "bshd");
+  EXPECT_EQ(json["failures"], nlohmann::json::array());
   const std::set<std::string> want = {"backend",
                                       "mode",
                                       "kv_len",
@@ -117,23 +122,46 @@ TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
                                       "attention_us",
                                       "step_us",
                                       "peak_bytes"};
-  const std::regex row_re(R"(\{"backend"[^}]*\})");
-  const std::regex key_re(R"#("([a-z_]+)":)#");
-  int rows = 0;
-  for (auto it =
-           std::sregex_iterator(rows_json.begin(), rows_json.end(), row_re);
-       it != std::sregex_iterator(); ++it, ++rows) {
-    const std::string row = it->str();
+  ASSERT_EQ(json["rows"].size(), 4u);
+  std::set<std::string> modes;
+  for (auto& row : json["rows"]) {
     std::set<std::string> keys;
-    for (auto k = std::sregex_iterator(row.begin(), row.end(), key_re);
-         k != std::sregex_iterator(); ++k) {
-      keys.insert((*k)[1]);
+    for (const auto& [key, value] : row.items()) {
+      keys.insert(key);
+      if (key != "backend" && key != "mode") {
+        EXPECT_TRUE(value.is_number()) << key << " in " << row.dump();
+      }
     }
-    EXPECT_EQ(keys, want) << row;
+    EXPECT_EQ(keys, want) << row.dump();
+    modes.insert(row["mode"].get<std::string>());
   }
-  EXPECT_EQ(rows, 4);
-  EXPECT_NE(json.find("\"mode\": \"naive_concat\""), std::string::npos);
-  EXPECT_NE(json.find("\"mode\": \"in_place\""), std::string::npos);
+  EXPECT_EQ(modes, (std::set<std::string>{"naive_concat", "in_place"}));
+}
+
+// JSON has no NaN or Inf: a figure that is not a number (the median of no
+// steps) is written as null, and the document stays valid JSON with its keys
+// in the order of the schema comment in report.h.
+TEST(DecodeReportTest, JsonWritesNonFiniteNumbersAsNullInSchemaOrder) {
+  DecodeReportOptions o;
+  o.config.backend = "reference";
+  DecodeReport report;
+  DecodeReportRow row;
+  row.backend = "reference";
+  row.append_us = std::nan("");
+  row.attention_us = std::numeric_limits<double>::infinity();
+  row.step_us = 2.5;
+  report.rows.push_back(row);
+  report.failures.push_back("a \"quoted\"\tline");
+  const std::string text = DecodeReportJson(report, o);
+  auto json = nlohmann::json::parse(text);
+  EXPECT_TRUE(json["rows"][0]["append_us"].is_null()) << text;
+  EXPECT_TRUE(json["rows"][0]["attention_us"].is_null()) << text;
+  EXPECT_EQ(json["rows"][0]["step_us"], 2.5);
+  EXPECT_EQ(json["failures"][0], "a \"quoted\"\tline");
+  EXPECT_LT(text.find("\"schema\""), text.find("\"config\""));
+  EXPECT_LT(text.find("\"config\""), text.find("\"rows\""));
+  EXPECT_LT(text.find("\"rows\""), text.find("\"failures\""));
+  EXPECT_LT(text.find("\"append_us\""), text.find("\"attention_us\""));
 }
 
 // The reference backend with every attention output shifted by `offset`:
@@ -242,9 +270,9 @@ TEST(DecodeReportTest, SeveralBackendsRunInTurnEachInItsOwnBlock) {
   }
   std::string joined;
   for (const std::string& n : want) joined += (joined.empty() ? "" : ",") + n;
-  EXPECT_NE(DecodeReportJson(*report, *o)
-                .find("\"backend\": \"" + joined + "\", \"layers\""),
-            std::string::npos);
+  EXPECT_EQ(
+      nlohmann::json::parse(DecodeReportJson(*report, *o))["config"]["backend"],
+      joined);
 }
 
 // A plug-in goes through the same meters and gate as a built-in backend:

@@ -50,7 +50,7 @@ double Tolerance(const std::string& backend) {
 class DecodeSessionTest : public ::testing::TestWithParam<
                               std::tuple<std::string, DType, KvLayout>> {};
 
-// The proofs of the issue on one configuration per dtype x layout, both modes
+// The decode guarantees on one configuration per dtype x layout, both modes
 // stepped in lockstep on identical inputs:
 //   - in place: 0 allocations per step after the first, exactly
 //     new_token_bytes copied per step;

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "backends/registry.h"
+#include "harness/case.h"
 #include "harness/report.h"
 #include "harness/runner.h"
-#include "harness/test_case.h"
 
 namespace {
 
-using attnkit::harness::TestCase;
+using attnkit::harness::Case;
 
 // Sizes are capped first so one input stays around ~50 ms on the reference
 // and the f64 oracle (O(batch * heads * q * kv * d) scalar work). head_dim is
@@ -25,8 +25,8 @@ using attnkit::harness::TestCase;
 // (head_dim, dtype, mask, layout, group): a few hundred kernels at most.
 constexpr int64_t kHeadDims[] = {1, 3, 8, 16, 17, 33, 64, 80, 128};
 
-TestCase MakeCase(FuzzedDataProvider& in) {
-  TestCase c;
+Case MakeCase(FuzzedDataProvider& in) {
+  Case c;
   c.seed = in.ConsumeIntegral<uint32_t>();
   c.index = in.ConsumeIntegral<uint16_t>();
   attnkit::AttentionProblem& p = c.problem;
@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (auto& b : *owned) backends.push_back(b.get());
 
   FuzzedDataProvider in(data, size);
-  const TestCase c = MakeCase(in);
+  const Case c = MakeCase(in);
   // Invalid combinations (scale 0, decode steps longer than the context...)
   // are problem_validate_fuzz's subject; here only valid cases run.
   if (!attnkit::harness::ValidateCase(c).ok()) return 0;

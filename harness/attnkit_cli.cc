@@ -60,10 +60,11 @@ constexpr const char* kUsage =
     "usage.\n";
 
 int64_t DefaultCases(Tier t) {
-  // Measured with reference + simd + compiled on the 2-core dev machine:
-  // default, 1500 cases = 48 s of CPU (the compiled backend's JIT is ~35 s
-  // of it: 47 specialization blocks of 32 cases at ~0.75 s each); smoke,
-  // 300 cases = 16 s; long, 100 cases ~ 25 s of oracle work.
+  // Measured with reference + simd + compiled (2-core AMD EPYC Zen 5 family 26,
+  // GCC 12.2 with MLIR/LLVM 22, 2026-11-21): default, 1500 cases = 48 s of CPU
+  // (the compiled backend's JIT is ~35 s of it: 47 specialization blocks of 32
+  // cases at ~0.75 s each); smoke, 300 cases = 16 s; long, 100 cases ~ 25 s of
+  // oracle work.
   switch (t) {
     case Tier::kSmoke:
       return 300;
@@ -235,7 +236,7 @@ int Check(int argc, char** argv) {
   }
 
   if (f.repro) {
-    auto c = harness::ParseTestCase(*f.repro);
+    auto c = harness::ParseCase(*f.repro);
     if (!c.ok()) return Bad("--repro", *f.repro, c.status().ToString());
     auto results = harness::RunCase(*c, backends);
     if (!results.ok()) {

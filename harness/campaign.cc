@@ -42,8 +42,7 @@ CampaignResult RunCampaign(
   for (int64_t k = 0;; ++k) {
     const int64_t index = o.shard_index + k * o.shard_count;
     if (by_time ? Since(t0) >= o.time_budget_s : index >= o.cases) break;
-    const TestCase c =
-        GenerateCase(o.tier, o.seed, static_cast<uint64_t>(index));
+    const Case c = GenerateCase(o.tier, o.seed, static_cast<uint64_t>(index));
     auto results = RunCase(c, backends);
     if (!results.ok()) {
       res.fatal = true;
@@ -119,7 +118,7 @@ CampaignResult RunCampaign(
 
 StatusOr<std::vector<CheckResult>> ReplayCase(
     std::string_view case_text, std::span<Backend* const> backends) {
-  ATTNKIT_ASSIGN_OR_RETURN(TestCase c, ParseTestCase(case_text));
+  ATTNKIT_ASSIGN_OR_RETURN(Case c, ParseCase(case_text));
   return RunCase(c, backends);
 }
 

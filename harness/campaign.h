@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "harness/case.h"
 #include "harness/runner.h"
-#include "harness/test_case.h"
 #include "runtime/backend.h"
 
 namespace attnkit::harness {
@@ -54,8 +54,8 @@ struct BackendSummary {
 
 struct FailureReport {
   std::string backend;
-  TestCase original;
-  TestCase shrunk;     // == original when not shrunk
+  Case original;
+  Case shrunk;         // == original when not shrunk
   CheckResult result;  // of `shrunk`
   bool was_shrunk = false;
   int shrink_attempts = 0;

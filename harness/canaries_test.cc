@@ -21,8 +21,7 @@ TEST(CanaryTest, EveryPlantedBugIsCaughtByTheSmokeTier) {
     int64_t caught_at = -1;
     std::string how;
     for (int64_t i = 0; i < kSmokeCases && caught_at < 0; ++i) {
-      const TestCase c =
-          GenerateCase(Tier::kSmoke, 1, static_cast<uint64_t>(i));
+      const Case c = GenerateCase(Tier::kSmoke, 1, static_cast<uint64_t>(i));
       auto r = RunCase(c, one);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       if ((*r)[0].failed()) {
@@ -46,7 +45,7 @@ TEST(CanaryTest, CorrectImplementationsPass) {
   double worst = 0;
   for (uint64_t seed : {1, 2, 3}) {
     for (uint64_t i = 0; i < kSmokeCases; ++i) {
-      const TestCase c = GenerateCase(Tier::kSmoke, seed, i);
+      const Case c = GenerateCase(Tier::kSmoke, seed, i);
       auto r = RunCase(c, both);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       for (const CheckResult& x : *r) {

@@ -13,7 +13,7 @@
 namespace attnkit::harness {
 namespace {
 
-using testing::Case;
+using testing::CaseFrom;
 using testing::RunOne;
 
 // Decode loops over every layout and dtype, ragged batches (a sequence that
@@ -36,7 +36,7 @@ TEST(PluginTest, TheExamplePluginLoadsAndPassesCases) {
   EXPECT_EQ((*b)->name(), "example");
   Backend* one[] = {b->get()};
   for (uint64_t i = 0; i < 40; ++i) {
-    const TestCase c = GenerateCase(Tier::kSmoke, 2, i);
+    const Case c = GenerateCase(Tier::kSmoke, 2, i);
     auto r = RunCase(c, one);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ((*r)[0].outcome, Outcome::kPass)
@@ -49,7 +49,7 @@ TEST(PluginTest, UnsupportedProblemsAreSkippedWithThePluginsReason) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ((*b)->name(), "example_small");
   Backend* one[] = {b->get()};
-  auto c = ParseTestCase("seed=1,index=0,b=1,d=128,q=1,kv=3");
+  auto c = ParseCase("seed=1,index=0,b=1,d=128,q=1,kv=3");
   ASSERT_TRUE(c.ok());
   auto r = RunCase(*c, one);
   ASSERT_TRUE(r.ok());
@@ -96,7 +96,7 @@ TEST(PluginTest, TheExamplePluginsAppendHookPassesDecodeLoops) {
   auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   for (const char* text : kDecodeCases) {
-    const CheckResult r = RunOne(Case(text), **b);
+    const CheckResult r = RunOne(CaseFrom(text), **b);
     EXPECT_EQ(r.outcome, Outcome::kPass) << text << " " << r.message;
   }
 }
@@ -110,7 +110,7 @@ TEST(PluginTest, ATableEndingBeforeAppendKvLoadsAndGetsThePortableAppend) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ((*b)->name(), "example_first_v1");
   for (const char* text : kDecodeCases) {
-    const CheckResult r = RunOne(Case(text), **b);
+    const CheckResult r = RunOne(CaseFrom(text), **b);
     EXPECT_EQ(r.outcome, Outcome::kPass) << text << " " << r.message;
   }
 }
@@ -150,7 +150,7 @@ TEST(PluginTest, EachAppendHookBugIsCaughtAtTheCacheElementItBreaks) {
     auto b = plugin::LoadPlugin(bug.plugin);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     EXPECT_EQ((*b)->name(), bug.name);
-    const CheckResult r = RunOne(Case(kDecodeCases[0]), **b);
+    const CheckResult r = RunOne(CaseFrom(kDecodeCases[0]), **b);
     EXPECT_EQ(r.outcome, Outcome::kKvCache) << bug.name;
     EXPECT_EQ(r.step, 0) << bug.name;
     EXPECT_EQ(r.message.rfind(bug.message, 0), 0u)

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace attnkit::harness {
@@ -83,36 +84,6 @@ std::string Header(const std::string& backend, const CheckResult& r) {
          ": " + what + "\n";
 }
 
-// JSON string literal.
-std::string Q(std::string_view s) {
-  std::string o = "\"";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      o += buf;
-    } else {
-      o += ch;
-    }
-  }
-  return o + "\"";
-}
-
-// JSON has no Inf/NaN: they are null.
-std::string Num(double x) {
-  if (!std::isfinite(x)) return "null";
-  return Fmt("%.9g", x);
-}
-
-std::string IndexJson(const std::array<int64_t, 4>& i) {
-  return "[" + std::to_string(i[0]) + "," + std::to_string(i[1]) + "," +
-         std::to_string(i[2]) + "," + std::to_string(i[3]) + "]";
-}
-
 }  // namespace
 
 std::string ShellQuote(std::string_view s) {
@@ -127,7 +98,7 @@ std::string ShellQuote(std::string_view s) {
   return o + "'";
 }
 
-std::string ReproducerCommand(const TestCase& c, std::string_view backend,
+std::string ReproducerCommand(const Case& c, std::string_view backend,
                               std::span<const std::string> plugins) {
   std::string s = "./attnkit check --repro " + ShellQuote(c.ToString()) +
                   " --backends " + std::string(backend);
@@ -138,7 +109,7 @@ std::string ReproducerCommand(const TestCase& c, std::string_view backend,
 std::string FormatFailure(const FailureReport& f,
                           std::span<const std::string> plugins) {
   std::string s = Header(f.backend, f.result) + Details(f.result);
-  const TestCase& c = f.shrunk;
+  const Case& c = f.shrunk;
   s += "  Seed " + std::to_string(c.seed) + ", case " +
        std::to_string(c.index) + ", values " +
        std::string(ValueProfileName(c.profile)) +
@@ -155,7 +126,7 @@ std::string FormatFailure(const FailureReport& f,
   return s;
 }
 
-std::string FormatResult(const TestCase& c, const CheckResult& r) {
+std::string FormatResult(const Case& c, const CheckResult& r) {
   if (r.outcome == Outcome::kSkipped) {
     return "SKIP [" + r.backend + "] " + r.message + "\n";
   }
@@ -198,56 +169,56 @@ std::string FormatSummary(const CampaignResult& r) {
 }
 
 std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
-  std::string s = "{\n";
-  s += "  \"schema_version\": " + std::to_string(kJsonSchemaVersion) + ",\n";
-  s += "  \"tool\": \"attnkit check\",\n";
-  s += "  \"tier\": " + Q(ctx.tier) + ",\n";
-  s += "  \"seed\": " + std::to_string(ctx.seed) + ",\n";
-  s += "  \"shard\": " + Q(ctx.shard) + ",\n";
-  s += "  \"summary\": {\"cases\": " + std::to_string(r.cases) +
-       ", \"failures\": " + std::to_string(r.failures) +
-       ", \"seconds\": " + Num(r.seconds) +
-       ", \"cpu_seconds\": " + Num(r.cpu_seconds) +
-       ", \"fatal\": " + (r.fatal ? Q(r.fatal_message) : "null") + "},\n";
-  s += "  \"backends\": [";
-  for (size_t i = 0; i < r.backends.size(); ++i) {
-    const BackendSummary& b = r.backends[i];
-    s += std::string(i ? ",\n    " : "\n    ") + "{\"name\": " + Q(b.name) +
-         ", \"cases\": " + std::to_string(b.cases) +
-         ", \"failures\": " + std::to_string(b.failures) +
-         ", \"skipped\": " + std::to_string(b.skipped) +
-         ", \"worst_ratio\": " + Num(b.worst_ratio) +
-         ", \"worst_case\": " + Q(b.worst_case) +
-         ", \"seconds\": " + Num(b.seconds) + "}";
+  using Json = nlohmann::ordered_json;
+  Json backends = Json::array();
+  for (const BackendSummary& b : r.backends) {
+    backends.push_back({{"name", b.name},
+                        {"cases", b.cases},
+                        {"failures", b.failures},
+                        {"skipped", b.skipped},
+                        {"worst_ratio", b.worst_ratio},
+                        {"worst_case", b.worst_case},
+                        {"seconds", b.seconds}});
   }
-  s += r.backends.empty() ? "],\n" : "\n  ],\n";
-  s += "  \"failures\": [";
-  for (size_t i = 0; i < r.reports.size(); ++i) {
-    const FailureReport& f = r.reports[i];
+  Json failures = Json::array();
+  for (const FailureReport& f : r.reports) {
     const CheckResult& c = f.result;
-    s += std::string(i ? ",\n    " : "\n    ") +
-         "{\"backend\": " + Q(f.backend) +
-         ", \"outcome\": " + Q(OutcomeName(c.outcome)) +
-         ", \"case\": " + Q(f.shrunk.ToString()) +
-         ", \"original_case\": " + Q(f.original.ToString()) +
-         ", \"shrunk\": " + (f.was_shrunk ? "true" : "false") +
-         ", \"reproducer\": " +
-         Q(ReproducerCommand(f.shrunk, f.backend, ctx.plugins)) +
-         ", \"step\": " + std::to_string(c.step) +
-         ", \"message\": " + Q(c.message) +
-         ", \"mismatched\": " + std::to_string(c.error.mismatched) +
-         ", \"compared\": " + std::to_string(c.error.count) +
-         ", \"nonfinite\": " + std::to_string(c.error.nonfinite) +
-         ", \"max_abs_err\": " + Num(c.error.max_abs) +
-         ", \"max_abs_index\": " + IndexJson(c.error.max_abs_index) +
-         ", \"max_rel_err\": " + Num(c.error.max_rel) +
-         ", \"mean_abs_err\": " + Num(c.error.mean_abs) +
-         ", \"bound_max_abs\": " + Num(c.bounds.max_abs) +
-         ", \"bound_mean_abs\": " + Num(c.bounds.mean_abs) + "}";
+    failures.push_back(
+        {{"backend", f.backend},
+         {"outcome", OutcomeName(c.outcome)},
+         {"case", f.shrunk.ToString()},
+         {"original_case", f.original.ToString()},
+         {"shrunk", f.was_shrunk},
+         {"reproducer", ReproducerCommand(f.shrunk, f.backend, ctx.plugins)},
+         {"step", c.step},
+         {"message", c.message},
+         {"mismatched", c.error.mismatched},
+         {"compared", c.error.count},
+         {"nonfinite", c.error.nonfinite},
+         {"max_abs_err", c.error.max_abs},
+         {"max_abs_index", c.error.max_abs_index},
+         {"max_rel_err", c.error.max_rel},
+         {"mean_abs_err", c.error.mean_abs},
+         {"bound_max_abs", c.bounds.max_abs},
+         {"bound_mean_abs", c.bounds.mean_abs}});
   }
-  s += r.reports.empty() ? "]\n" : "\n  ]\n";
-  s += "}\n";
-  return s;
+  const Json doc = {
+      {"schema_version", kJsonSchemaVersion},
+      {"tool", "attnkit check"},
+      {"tier", ctx.tier},
+      {"seed", ctx.seed},
+      {"shard", ctx.shard},
+      {"summary",
+       {{"cases", r.cases},
+        {"failures", r.failures},
+        {"seconds", r.seconds},
+        {"cpu_seconds", r.cpu_seconds},
+        {"fatal", r.fatal ? Json(r.fatal_message) : Json(nullptr)}}},
+      {"backends", backends},
+      {"failures", failures}};
+  // dump() writes a non-finite number (an infinite error/bound ratio after a
+  // NaN) as null: JSON has no NaN or Inf.
+  return doc.dump(2) + "\n";
 }
 
 }  // namespace attnkit::harness

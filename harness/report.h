@@ -18,7 +18,7 @@ inline constexpr int kJsonSchemaVersion = 1;
 
 // The one-line command that replays `c` on `backend`; plug-ins needed to
 // build that backend are passed along.
-std::string ReproducerCommand(const TestCase& c, std::string_view backend,
+std::string ReproducerCommand(const Case& c, std::string_view backend,
                               std::span<const std::string> plugins = {});
 
 // Single quotes for a POSIX shell (case strings never contain one, but a
@@ -32,7 +32,7 @@ std::string FormatFailure(const FailureReport& f,
                           std::span<const std::string> plugins = {});
 
 // One check's result in the same words (the --repro path).
-std::string FormatResult(const TestCase& c, const CheckResult& r);
+std::string FormatResult(const Case& c, const CheckResult& r);
 
 // backend | cases | failures | skipped | worst err/bound | cases/s.
 std::string FormatSummary(const CampaignResult& r);
@@ -43,6 +43,10 @@ struct JsonContext {
   std::string shard;  // "i/n"
   std::span<const std::string> plugins;
 };
+// {"schema_version", "tool", "tier", "seed", "shard", "summary": {cases,
+// failures, seconds, cpu_seconds, fatal}, "backends": [...], "failures":
+// [one object per failing case, with its reproducer]}, keys in that order.
+// Non-finite numbers are written as null (JSON has neither NaN nor Inf).
 std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx);
 
 }  // namespace attnkit::harness

@@ -2,86 +2,15 @@
 
 #include <gtest/gtest.h>
 
-#include <cctype>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
 
 #include "harness/canaries.h"
 #include "reference/reference.h"
 
 namespace attnkit::harness {
 namespace {
-
-// A strict JSON validator (RFC 8259 grammar, no extensions): the report
-// must load in any consumer.
-class JsonChecker {
- public:
-  explicit JsonChecker(std::string_view s) : s_(s) {}
-  bool Valid() {
-    Ws();
-    if (!Value()) return false;
-    Ws();
-    return i_ == s_.size();
-  }
-
- private:
-  void Ws() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_])))
-      ++i_;
-  }
-  bool Lit(std::string_view w) {
-    if (s_.substr(i_, w.size()) != w) return false;
-    i_ += w.size();
-    return true;
-  }
-  bool String() {
-    if (!Lit("\"")) return false;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      if (static_cast<unsigned char>(s_[i_]) < 0x20) return false;
-      if (s_[i_] == '\\') ++i_;
-      ++i_;
-    }
-    return Lit("\"");
-  }
-  bool Number() {
-    const size_t start = i_;
-    if (i_ < s_.size() && s_[i_] == '-') ++i_;
-    while (i_ < s_.size() &&
-           (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
-            s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '+' || s_[i_] == '-'))
-      ++i_;
-    return i_ > start && std::isdigit(static_cast<unsigned char>(s_[i_ - 1]));
-  }
-  bool Value() {
-    Ws();
-    if (i_ >= s_.size()) return false;
-    const char c = s_[i_];
-    if (c == '{') return Container('}', true);
-    if (c == '[') return Container(']', false);
-    if (c == '"') return String();
-    if (c == 't') return Lit("true");
-    if (c == 'f') return Lit("false");
-    if (c == 'n') return Lit("null");
-    return Number();
-  }
-  bool Container(char close, bool object) {
-    ++i_;
-    Ws();
-    if (i_ < s_.size() && s_[i_] == close) return ++i_, true;
-    while (true) {
-      Ws();
-      if (object) {
-        if (!String()) return false;
-        Ws();
-        if (!Lit(":")) return false;
-      }
-      if (!Value()) return false;
-      Ws();
-      if (i_ < s_.size() && s_[i_] == close) return ++i_, true;
-      if (!Lit(",")) return false;
-    }
-  }
-  std::string_view s_;
-  size_t i_ = 0;
-};
 
 CampaignResult FailingCampaign() {
   static auto ref = reference::MakeReferenceBackend();
@@ -98,23 +27,61 @@ TEST(ReportTest, JsonIsValidAndHasTheSchemaFields) {
   const CampaignResult r = FailingCampaign();
   ASSERT_GT(r.failures, 0);
   const std::string plugins[] = {"/tmp/it's.so"};
-  const std::string json =
+  const std::string text =
       CampaignJson(r, {"smoke", 1, "0/1", std::span(plugins)});
-  EXPECT_TRUE(JsonChecker(json).Valid()) << json;
-  EXPECT_NE(json.find("\"schema_version\": 1"), std::string::npos);
-  EXPECT_NE(json.find("\"summary\": {\"cases\": 40, \"failures\": " +
-                      std::to_string(r.failures)),
-            std::string::npos);
-  EXPECT_NE(json.find("\"reproducer\": \"./attnkit check --repro 'seed=1,"),
-            std::string::npos);
-  EXPECT_NE(json.find("--plugin '/tmp/it'\\\\''s.so'"), std::string::npos)
-      << json;
-  // One object per failing case.
-  size_t n = 0;
-  for (size_t p = json.find("\"outcome\""); p != std::string::npos;
-       p = json.find("\"outcome\"", p + 1))
-    ++n;
-  EXPECT_EQ(static_cast<int64_t>(n), r.failures);
+  // parse() is strict RFC 8259 (no NaN, no trailing commas): the report must
+  // load in any consumer.
+  auto json = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << text;
+  EXPECT_EQ(json["schema_version"], kJsonSchemaVersion);
+  EXPECT_EQ(json["tool"], "attnkit check");
+  EXPECT_EQ(json["tier"], "smoke");
+  EXPECT_EQ(json["seed"], 1);
+  EXPECT_EQ(json["shard"], "0/1");
+  EXPECT_EQ(json["summary"]["cases"], 40);
+  EXPECT_EQ(json["summary"]["failures"], r.failures);
+  EXPECT_TRUE(json["summary"]["fatal"].is_null());
+  ASSERT_EQ(json["backends"].size(), 2u);
+  EXPECT_EQ(json["backends"][1]["name"], "canary_wrong_scale");
+  // One object per failing case, with its reproducer.
+  ASSERT_EQ(static_cast<int64_t>(json["failures"].size()), r.failures);
+  auto& f = json["failures"][0];
+  EXPECT_EQ(f["outcome"], "mismatch");
+  EXPECT_EQ(f["max_abs_index"].size(), 4u);
+  const std::string repro = f["reproducer"];
+  EXPECT_EQ(repro.rfind("./attnkit check --repro 'seed=1,", 0), 0u) << repro;
+  EXPECT_NE(repro.find("--plugin '/tmp/it'\\''s.so'"), std::string::npos)
+      << repro;
+  // Keys in schema order: what a person reading the file sees first.
+  EXPECT_LT(text.find("\"schema_version\""), text.find("\"summary\""));
+  EXPECT_LT(text.find("\"summary\""), text.find("\"backends\""));
+}
+
+// JSON has no NaN or Inf: a non-finite figure (the infinite error/bound ratio
+// of a NaN output, a NaN error) is written as null.
+TEST(ReportTest, JsonWritesNonFiniteNumbersAsNull) {
+  CampaignResult r;
+  BackendSummary b;
+  b.name = "nan_backend";
+  b.worst_ratio = std::numeric_limits<double>::infinity();
+  r.backends.push_back(b);
+  FailureReport f;
+  f.backend = "nan_backend";
+  f.result.outcome = Outcome::kNonFinite;
+  f.result.error.max_abs = std::nan("");
+  f.result.error.mean_abs = std::nan("");
+  r.reports.push_back(f);
+  r.failures = 1;
+  r.fatal = true;
+  r.fatal_message = "case \"x\" did not validate";
+  const std::string text = CampaignJson(r, {"smoke", 1, "0/1", {}});
+  auto json = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << text;
+  EXPECT_TRUE(json["backends"][0]["worst_ratio"].is_null()) << text;
+  EXPECT_TRUE(json["failures"][0]["max_abs_err"].is_null()) << text;
+  EXPECT_TRUE(json["failures"][0]["mean_abs_err"].is_null()) << text;
+  EXPECT_EQ(json["failures"][0]["outcome"], "nonfinite");
+  EXPECT_EQ(json["summary"]["fatal"], "case \"x\" did not validate");
 }
 
 TEST(ReportTest, FailureTextIsTorchStyleWithAReproducer) {
@@ -133,7 +100,7 @@ TEST(ReportTest, FailureTextIsTorchStyleWithAReproducer) {
   // The reproducer's case string parses back to the shrunk case.
   const size_t a = text.find("--repro '") + 9;
   const std::string repro = text.substr(a, text.find('\'', a) - a);
-  auto c = ParseTestCase(repro);
+  auto c = ParseCase(repro);
   ASSERT_TRUE(c.ok()) << repro;
   EXPECT_EQ(c->ToString(), r.reports[0].shrunk.ToString());
 }

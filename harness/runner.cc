@@ -141,7 +141,7 @@ Status Supported(Backend& b, const AttentionProblem& p) {
 }
 
 StatusOr<std::vector<CheckResult>> RunPlain(
-    const TestCase& c, std::span<Backend* const> backends) {
+    const Case& c, std::span<Backend* const> backends) {
   const AttentionProblem& p = c.problem;
   ATTNKIT_ASSIGN_OR_RETURN(AttentionData data,
                            AttentionData::Create(p, p.max_kv_len() + c.kv_pad));
@@ -223,7 +223,7 @@ std::string CompareCache(const char* which, const TensorView& cache,
 // the naive concatenation (an append may change only the new tokens' bytes),
 // the output against the oracle, and no stray output rows.
 StatusOr<std::vector<CheckResult>> RunDecode(
-    const TestCase& c, std::span<Backend* const> backends) {
+    const Case& c, std::span<Backend* const> backends) {
   const AttentionProblem& p = c.problem;
   const int64_t steps = c.decode_steps, capacity = DecodeCapacity(c);
   // Every query and key of the whole loop, drawn once so the value profile
@@ -376,11 +376,11 @@ std::string_view OutcomeName(Outcome o) {
   return "invalid";
 }
 
-Rng ValueRng(const TestCase& c) {
+Rng ValueRng(const Case& c) {
   return Rng(c.seed ^ 0x76616c7565730000ull, c.index);  // "values"
 }
 
-StatusOr<std::vector<CheckResult>> RunCase(const TestCase& c,
+StatusOr<std::vector<CheckResult>> RunCase(const Case& c,
                                            std::span<Backend* const> backends) {
   ATTNKIT_RETURN_IF_ERROR(ValidateCase(c));
   if (c.decode_steps > 0) return RunDecode(c, backends);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/test_case.h"
+#include "harness/case.h"
 #include "reference/tolerance.h"
 #include "runtime/backend.h"
 #include "runtime/status.h"
@@ -52,12 +52,12 @@ struct CheckResult {
 
 // Runs `c` on every backend (in order). A Status error means the case itself
 // is bad (it does not validate) -- never a backend failure.
-StatusOr<std::vector<CheckResult>> RunCase(const TestCase& c,
+StatusOr<std::vector<CheckResult>> RunCase(const Case& c,
                                            std::span<Backend* const> backends);
 
 // The seed of the value stream of a case: independent of the shape stream
 // Rng(seed, index), so a shrunk problem re-draws its values reproducibly.
-Rng ValueRng(const TestCase& c);
+Rng ValueRng(const Case& c);
 
 }  // namespace attnkit::harness
 

@@ -33,28 +33,28 @@ class Wrapped final : public Backend {
   Status supports_;
 };
 
-using testing::Case;
+using testing::CaseFrom;
 using testing::RunOne;
 
 TEST(RunnerTest, TheReferencePassesPlainAndDecodeCases) {
   auto ref = reference::MakeReferenceBackend();
   for (uint64_t i = 0; i < 60; ++i) {
-    const TestCase c = GenerateCase(Tier::kSmoke, 5, i);
+    const Case c = GenerateCase(Tier::kSmoke, 5, i);
     const CheckResult r = RunOne(c, *ref);
     EXPECT_EQ(r.outcome, Outcome::kPass) << c.ToString() << " " << r.message;
     // Its error is the naive error itself: at most 1/1.5 of the mean bound.
     EXPECT_LE(r.ratio, 1 / 1.5 + 1e-9);
   }
-  const CheckResult d =
-      RunOne(Case("seed=3,index=1,steps=4,b=3,hq=4,hkv=2,d=9,q=1:0:2,kv=5:3:8,"
-                  "mask=bias,dtype=bf16,layout=bshd"),
-             *ref);
+  const CheckResult d = RunOne(
+      CaseFrom("seed=3,index=1,steps=4,b=3,hq=4,hkv=2,d=9,q=1:0:2,kv=5:3:8,"
+               "mask=bias,dtype=bf16,layout=bshd"),
+      *ref);
   EXPECT_EQ(d.outcome, Outcome::kPass) << d.message;
   // A loop with nothing in it (q = kv = 0): a one-slot cache, never written
   // (the fuzzer's seed=1298746443,index=25972 was rejected as "capacity=0").
   const CheckResult empty =
-      RunOne(Case("seed=1,index=0,steps=1,b=1,hq=4,hkv=2,d=16,q=0,kv=0,"
-                  "mask=bias,layout=bshd"),
+      RunOne(CaseFrom("seed=1,index=0,steps=1,b=1,hq=4,hkv=2,d=16,q=0,kv=0,"
+                      "mask=bias,layout=bshd"),
              *ref);
   EXPECT_EQ(empty.outcome, Outcome::kPass) << empty.message;
 }
@@ -62,7 +62,7 @@ TEST(RunnerTest, TheReferencePassesPlainAndDecodeCases) {
 TEST(RunnerTest, AnUnsupportedProblemIsSkippedNotFailed) {
   Wrapped b([](auto&, auto&) { return Status::Ok(); },
             Status::Unimplemented("head_dim=9 needs a multiple of 8"));
-  const CheckResult r = RunOne(Case("seed=1,index=0,b=1,d=9,q=2,kv=3"), b);
+  const CheckResult r = RunOne(CaseFrom("seed=1,index=0,b=1,d=9,q=2,kv=3"), b);
   EXPECT_EQ(r.outcome, Outcome::kSkipped);
   EXPECT_FALSE(r.failed());
   EXPECT_NE(r.message.find("head_dim=9 needs"), std::string::npos);
@@ -70,7 +70,7 @@ TEST(RunnerTest, AnUnsupportedProblemIsSkippedNotFailed) {
 
 TEST(RunnerTest, ErrorsAndExceptionsOnSupportedProblemsFail) {
   Wrapped err([](auto&, auto&) { return Status::Internal("oops"); });
-  const TestCase c = Case("seed=1,index=0,b=1,d=4,q=2,kv=3");
+  const Case c = CaseFrom("seed=1,index=0,b=1,d=4,q=2,kv=3");
   CheckResult r = RunOne(c, err);
   EXPECT_EQ(r.outcome, Outcome::kError);
   EXPECT_EQ(r.message, "INTERNAL: oops");
@@ -88,7 +88,8 @@ TEST(RunnerTest, WritingPastQLenIsAStrayWrite) {
     a.out.Store(1, 0, 1, 0, 0.0f);
     return Status::Ok();
   });
-  const CheckResult r = RunOne(Case("seed=1,index=0,b=2,d=4,q=2:1,kv=3:3"), b);
+  const CheckResult r =
+      RunOne(CaseFrom("seed=1,index=0,b=2,d=4,q=2:1,kv=3:3"), b);
   EXPECT_EQ(r.outcome, Outcome::kStrayWrite);
   EXPECT_NE(r.message.find("wrote out[1,0,1,0]"), std::string::npos)
       << r.message;
@@ -102,7 +103,7 @@ TEST(RunnerTest, AFullyMaskedRowLeftUnwrittenIsCaught) {
     }
     return Status::Ok();
   });
-  const CheckResult r = RunOne(Case("seed=1,index=0,b=1,d=4,q=1,kv=0"), b);
+  const CheckResult r = RunOne(CaseFrom("seed=1,index=0,b=1,d=4,q=1,kv=0"), b);
   EXPECT_EQ(r.outcome, Outcome::kNonFinite);
   EXPECT_EQ(r.error.nonfinite, 4);
 }
@@ -113,7 +114,7 @@ TEST(RunnerTest, ASmallErrorBeyondTheBoundIsAMismatch) {
     return Status::Ok();
   });
   const CheckResult r =
-      RunOne(Case("seed=1,index=0,b=1,hq=2,hkv=1,d=8,q=3,kv=40"), b);
+      RunOne(CaseFrom("seed=1,index=0,b=1,hq=2,hkv=1,d=8,q=3,kv=40"), b);
   EXPECT_EQ(r.outcome, Outcome::kMismatch);
   EXPECT_EQ(r.error.mismatched, 1);
   EXPECT_EQ(r.error.max_abs_index, (std::array<int64_t, 4>{0, 1, 2, 3}));
@@ -122,7 +123,7 @@ TEST(RunnerTest, ASmallErrorBeyondTheBoundIsAMismatch) {
 
 TEST(RunnerTest, DecodeLoopChecksTheCacheBitExactly) {
   auto spill = MakeCanary(Bug::kAppendSpill);
-  const TestCase c = Case(
+  const Case c = CaseFrom(
       "seed=2,index=4,steps=3,b=2,hq=2,hkv=2,d=5,q=1:1,kv=4:6,mask=causal,"
       "dtype=bf16,layout=tv");
   const CheckResult r = RunOne(c, *spill);
@@ -160,8 +161,8 @@ class LossyAppend final : public Backend {
 
 TEST(RunnerTest, DecodeLoopCatchesAOneUlpCacheCorruption) {
   LossyAppend lossy;
-  const CheckResult r =
-      RunOne(Case("seed=2,index=4,steps=2,b=1,d=3,q=1,kv=3,dtype=f32"), lossy);
+  const CheckResult r = RunOne(
+      CaseFrom("seed=2,index=4,steps=2,b=1,d=3,q=1,kv=3,dtype=f32"), lossy);
   EXPECT_EQ(r.outcome, Outcome::kKvCache);
   EXPECT_NE(r.message.find("v_cache[0,0,0,0]"), std::string::npos) << r.message;
   EXPECT_NE(r.message.find("bit-exact"), std::string::npos);
@@ -207,7 +208,7 @@ class StrayAppend final : public Backend {
 TEST(RunnerTest, DecodeLoopCatchesWritesOfZerosOrStagingPaddingPastTheEnd) {
   // Sequence 1 appends fewer tokens than sequence 0 at step 0 (prompts 5
   // and 2), so its staging row 2 is padding.
-  const TestCase c = Case(
+  const Case c = CaseFrom(
       "seed=2,index=4,steps=1,b=2,hq=2,hkv=2,d=3,q=1:1,"
       "kv=6:3,dtype=f32,layout=bshd");
   for (auto what :
@@ -228,8 +229,8 @@ TEST(RunnerTest, DecodeLoopCatchesWritesOfZerosOrStagingPaddingPastTheEnd) {
 TEST(RunnerTest, ValuesAreReproducibleFromTheCase) {
   // Two runs of the same failing case give bit-identical error statistics.
   auto canary = MakeCanary(Bug::kMissingRescale);
-  const TestCase c =
-      Case("seed=9,index=3,values=huge_logits,b=1,hq=1,d=16,q=4,kv=100");
+  const Case c =
+      CaseFrom("seed=9,index=3,values=huge_logits,b=1,hq=1,d=16,q=4,kv=100");
   const CheckResult a = RunOne(c, *canary), b = RunOne(c, *canary);
   EXPECT_EQ(a.outcome, Outcome::kMismatch);
   EXPECT_EQ(a.error.max_abs, b.error.max_abs);

@@ -19,7 +19,7 @@ std::vector<int64_t> SmallerThan(int64_t n) {
 
 // Lowers q_lens so the case stays valid after a length or step change
 // (causal/window need q <= kv; a decode loop needs kv >= steps * q).
-void FitQueries(TestCase& c) {
+void FitQueries(Case& c) {
   AttentionProblem& p = c.problem;
   const bool ordered =
       p.mask == MaskKind::kCausal || p.mask == MaskKind::kWindow;
@@ -34,17 +34,17 @@ void FitQueries(TestCase& c) {
 
 }  // namespace
 
-std::vector<TestCase> ShrinkCandidates(const TestCase& c) {
-  std::vector<TestCase> out;
+std::vector<Case> ShrinkCandidates(const Case& c) {
+  std::vector<Case> out;
   const AttentionProblem& p = c.problem;
-  auto add = [&](TestCase t) {
+  auto add = [&](Case t) {
     FitQueries(t);
     if (t.problem.mask != MaskKind::kWindow) t.problem.window = 0;
     if (ValidateCase(t).ok() && t.Cost() < c.Cost()) out.push_back(t);
   };
   // Decode loops: a plain call first, then fewer steps.
   if (c.decode_steps > 0) {
-    TestCase t = c;
+    Case t = c;
     t.decode_steps = 0;
     add(t);
     for (int64_t s : SmallerThan(c.decode_steps)) {
@@ -56,7 +56,7 @@ std::vector<TestCase> ShrinkCandidates(const TestCase& c) {
   }
   // Drop whole sequences.
   for (int64_t b = 0; b < p.batch && p.batch > 1; ++b) {
-    TestCase t = c;
+    Case t = c;
     t.problem.batch -= 1;
     t.problem.q_lens.erase(t.problem.q_lens.begin() + b);
     t.problem.kv_lens.erase(t.problem.kv_lens.begin() + b);
@@ -76,7 +76,7 @@ std::vector<TestCase> ShrinkCandidates(const TestCase& c) {
       if (hq < 1 || hkv < 1 || (hq == p.q_heads && hkv == p.kv_heads)) {
         continue;
       }
-      TestCase t = c;
+      Case t = c;
       t.problem.q_heads = hq;
       t.problem.kv_heads = hkv;
       add(t);
@@ -85,30 +85,30 @@ std::vector<TestCase> ShrinkCandidates(const TestCase& c) {
   // Lengths, one sequence at a time.
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t kv : SmallerThan(p.kv_lens[b])) {
-      TestCase t = c;
+      Case t = c;
       t.problem.kv_lens[b] = kv;
       add(t);
     }
     for (int64_t q : SmallerThan(p.q_lens[b])) {
-      TestCase t = c;
+      Case t = c;
       t.problem.q_lens[b] = q;
       add(t);
     }
   }
   for (int64_t d : SmallerThan(p.head_dim)) {
     if (d == 0) continue;
-    TestCase t = c;
+    Case t = c;
     t.problem.head_dim = d;
     add(t);
   }
   // The mask: plainer kinds, then narrower windows.
   if (p.mask != MaskKind::kNone) {
-    TestCase t = c;
+    Case t = c;
     t.problem.mask = MaskKind::kNone;
     add(t);
   }
   if (p.mask == MaskKind::kWindow) {
-    TestCase t = c;
+    Case t = c;
     t.problem.mask = MaskKind::kCausal;
     add(t);
     for (int64_t w : SmallerThan(p.window)) {
@@ -119,40 +119,40 @@ std::vector<TestCase> ShrinkCandidates(const TestCase& c) {
     }
   }
   if (c.kv_pad > 0) {
-    TestCase t = c;
+    Case t = c;
     t.kv_pad = 0;
     add(t);
   }
   if (p.scale) {
-    TestCase t = c;
+    Case t = c;
     t.problem.scale.reset();
     add(t);
   }
   if (p.dtype != DType::kF32) {
-    TestCase t = c;
+    Case t = c;
     t.problem.dtype = DType::kF32;
     add(t);
   }
   if (p.layout != KvLayout::kBHSD) {
-    TestCase t = c;
+    Case t = c;
     t.problem.layout = KvLayout::kBHSD;
     add(t);
   }
   if (c.profile != ValueProfile::kNormal) {
-    TestCase t = c;
+    Case t = c;
     t.profile = ValueProfile::kNormal;
     add(t);
   }
   return out;
 }
 
-ShrinkResult Shrink(const TestCase& c, const CheckResult& failure,
+ShrinkResult Shrink(const Case& c, const CheckResult& failure,
                     const FailureOf& fails, int max_attempts) {
   ShrinkResult r{c, failure, 0, 0};
   bool progress = true;
   while (progress && r.attempts < max_attempts) {
     progress = false;
-    for (const TestCase& t : ShrinkCandidates(r.smallest)) {
+    for (const Case& t : ShrinkCandidates(r.smallest)) {
       if (r.attempts >= max_attempts) break;
       ++r.attempts;
       std::optional<CheckResult> f = fails(t);
@@ -168,12 +168,12 @@ ShrinkResult Shrink(const TestCase& c, const CheckResult& failure,
   return r;
 }
 
-ShrinkResult ShrinkOnBackend(const TestCase& c, const CheckResult& failure,
+ShrinkResult ShrinkOnBackend(const Case& c, const CheckResult& failure,
                              Backend& backend, int max_attempts) {
   Backend* one[] = {&backend};
   return Shrink(
       c, failure,
-      [&](const TestCase& t) -> std::optional<CheckResult> {
+      [&](const Case& t) -> std::optional<CheckResult> {
         auto results = RunCase(t, one);
         if (!results.ok() || !(*results)[0].failed()) return std::nullopt;
         return (*results)[0];

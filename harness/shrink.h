@@ -10,18 +10,18 @@
 #include <optional>
 #include <vector>
 
+#include "harness/case.h"
 #include "harness/runner.h"
-#include "harness/test_case.h"
 #include "runtime/backend.h"
 
 namespace attnkit::harness {
 
 // Every simplification of `c` one step away, in the order they are tried
 // (the biggest cuts first). All validate and cost less than `c`.
-std::vector<TestCase> ShrinkCandidates(const TestCase& c);
+std::vector<Case> ShrinkCandidates(const Case& c);
 
 struct ShrinkResult {
-  TestCase smallest;
+  Case smallest;
   CheckResult failure;  // the smallest case's failure
   int attempts = 0;     // candidates run
   int accepted = 0;     // candidates that still failed
@@ -30,12 +30,12 @@ struct ShrinkResult {
 // `fails(candidate)` runs a candidate and returns its failure, or nullopt
 // when it passes. A candidate is kept only when it fails with the same
 // outcome as `failure`. Stops after `max_attempts` runs.
-using FailureOf = std::function<std::optional<CheckResult>(const TestCase&)>;
-ShrinkResult Shrink(const TestCase& c, const CheckResult& failure,
+using FailureOf = std::function<std::optional<CheckResult>(const Case&)>;
+ShrinkResult Shrink(const Case& c, const CheckResult& failure,
                     const FailureOf& fails, int max_attempts = 400);
 
 // Shrinks against one backend through RunCase.
-ShrinkResult ShrinkOnBackend(const TestCase& c, const CheckResult& failure,
+ShrinkResult ShrinkOnBackend(const Case& c, const CheckResult& failure,
                              Backend& backend, int max_attempts = 400);
 
 }  // namespace attnkit::harness

@@ -8,13 +8,13 @@
 namespace attnkit::harness {
 namespace {
 
-using testing::Case;
+using testing::CaseFrom;
 using testing::RunOne;
 
 TEST(ShrinkCandidatesTest, AreValidAndCheaper) {
   for (uint64_t i = 0; i < 200; ++i) {
-    const TestCase c = GenerateCase(Tier::kDefault, 4, i);
-    for (const TestCase& t : ShrinkCandidates(c)) {
+    const Case c = GenerateCase(Tier::kDefault, 4, i);
+    for (const Case& t : ShrinkCandidates(c)) {
       EXPECT_TRUE(ValidateCase(t).ok()) << t.ToString();
       EXPECT_LT(t.Cost(), c.Cost()) << t.ToString();
     }
@@ -23,7 +23,7 @@ TEST(ShrinkCandidatesTest, AreValidAndCheaper) {
 
 TEST(ShrinkTest, WrongGqaMappingShrinksToTwoHeadsAndOneKey) {
   auto canary = MakeCanary(Bug::kWrongGqaMapping);
-  const TestCase big = Case(
+  const Case big = CaseFrom(
       "seed=1,index=7,values=dominant_key,pad=5,b=3,hq=8,hkv=2,d=96,"
       "q=9:3:0,kv=40:17:8,mask=window:13,scale=0.25,dtype=bf16,layout=bshd");
   const CheckResult fail = RunOne(big, *canary);
@@ -50,8 +50,8 @@ TEST(ShrinkTest, WrongGqaMappingShrinksToTwoHeadsAndOneKey) {
 
 TEST(ShrinkTest, TailOffByOneKeepsAPartialTile) {
   auto canary = MakeCanary(Bug::kTailOffByOne);
-  const TestCase big =
-      Case("seed=2,index=1,b=2,hq=2,hkv=1,d=33,q=5:2,kv=77:40,mask=causal");
+  const Case big =
+      CaseFrom("seed=2,index=1,b=2,hq=2,hkv=1,d=33,q=5:2,kv=77:40,mask=causal");
   const CheckResult fail = RunOne(big, *canary);
   ASSERT_TRUE(fail.failed());
   const ShrinkResult s = ShrinkOnBackend(big, fail, *canary);
@@ -66,13 +66,13 @@ TEST(ShrinkTest, TailOffByOneKeepsAPartialTile) {
 
 TEST(ShrinkTest, TheShrunkCaseReplaysTheSameFailureFromItsString) {
   auto canary = MakeCanary(Bug::kCausalShifted);
-  const TestCase big = Case(
+  const Case big = CaseFrom(
       "seed=5,index=11,values=constant_rows,b=2,hq=3,hkv=1,d=20,q=6:4,"
       "kv=30:9,mask=causal,dtype=bf16");
   const CheckResult fail = RunOne(big, *canary);
   ASSERT_TRUE(fail.failed());
   const ShrinkResult s = ShrinkOnBackend(big, fail, *canary);
-  auto replayed = ParseTestCase(s.smallest.ToString());
+  auto replayed = ParseCase(s.smallest.ToString());
   ASSERT_TRUE(replayed.ok());
   const CheckResult again = RunOne(*replayed, *canary);
   EXPECT_EQ(again.outcome, s.failure.outcome);
@@ -84,7 +84,7 @@ TEST(ShrinkTest, TheShrunkCaseReplaysTheSameFailureFromItsString) {
 
 TEST(ShrinkTest, StopsAtTheAttemptBudget) {
   auto canary = MakeCanary(Bug::kOneElementOff);
-  const TestCase big = Case(
+  const Case big = CaseFrom(
       "seed=1,index=1,b=4,hq=4,hkv=4,d=64,q=8:8:8:8,"
       "kv=64:64:64:64");
   const CheckResult fail = RunOne(big, *canary);

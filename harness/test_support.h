@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "harness/case.h"
 #include "harness/report.h"
 #include "harness/runner.h"
-#include "harness/test_case.h"
 #include "runtime/backend.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
@@ -22,14 +22,14 @@
 namespace attnkit::harness::testing {
 
 // The case of a one-line case string (the test fails if it does not parse).
-inline TestCase Case(const char* text) {
-  auto c = ParseTestCase(text);
+inline Case CaseFrom(const char* text) {
+  auto c = ParseCase(text);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return *c;
 }
 
 // `c` run on backend `b` alone.
-inline CheckResult RunOne(const TestCase& c, Backend& b) {
+inline CheckResult RunOne(const Case& c, Backend& b) {
   Backend* one[] = {&b};
   auto r = RunCase(c, one);
   if (!r.ok()) {
@@ -56,7 +56,7 @@ inline std::vector<CheckResult> ExpectMatchesOracle(
     std::span<Backend* const> backends, const AttentionProblem& p,
     uint64_t seed, ValueProfile profile = ValueProfile::kNormal,
     int64_t kv_pad = 0) {
-  TestCase c;
+  Case c;
   c.seed = seed;
   c.problem = p;
   c.profile = profile;

@@ -5,7 +5,8 @@
 // The counters are process-wide atomics (every thread, so OpenMP workers'
 // allocations count too). They only move while at least one Meter is alive:
 // with none, a hook costs one relaxed load and a predictable branch, which is
-// what "~zero cost when off" means here (~1 ns next to malloc's ~20 ns).
+// what "~zero cost when off" means here (~1 ns next to malloc's ~20 ns;
+// 2-core AMD EPYC Zen 5 family 26, GCC 12.2, 2026-11-21).
 //
 // Where the numbers come from:
 //   - Allocations: runtime/alloc_hooks.cc interposes operator new/delete (all

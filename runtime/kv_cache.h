@@ -1,9 +1,9 @@
 // The decode KV cache: every layer's K and V for a batch of sequences, sized
-// once for a fixed capacity and updated in place. This is the fix for the
-// Llama-2 decode pattern of ../shared/seeds/002 (a concat into a transient
-// len+1 buffer every step, i.e. an allocation and a full-context copy per
-// step): here a step writes only its new tokens and attention reads the
-// prefix [0, len) where it already lies.
+// once for a fixed capacity and updated in place. It replaces the decode
+// pattern of the Llama-2 reference code, which concatenates the past K/V and
+// the new token into a transient len+1 buffer every step (an allocation and a
+// full-context copy per step): here a step writes only its new tokens and
+// attention reads the prefix [0, len) where it already lies.
 //
 // Storage: ONE 64-byte-aligned allocation at Create (the per-sequence lengths
 // live at its end), nothing after. Per layer

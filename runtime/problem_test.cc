@@ -191,8 +191,8 @@ TEST(ProblemTest, FlopsClosedFormMatchesCountingEveryPair) {
   }
 }
 
-// Found by problem_validate_fuzz: Flops() used to visit every query row, so
-// a valid problem with billions of rows hung.
+// Flops() must not visit every query row: a valid problem with billions of
+// rows would hang (a case problem_validate_fuzz found).
 TEST(ProblemTest, FlopsOfHugeProblemsIsExact) {
   AttentionProblem p;
   p.head_dim = 1;

@@ -26,7 +26,7 @@ KvSplitPlan PlanKvSplits(int64_t items, int threads, int64_t max_keys,
   // the read bandwidth unsplit vs 24-36% with 8 or 32 splits (head-major or
   // split-major item order alike), because the merge is a second parallel
   // region, and on a loaded machine every region waits for both threads to
-  // be scheduled.
+  // be scheduled. (2-core AMD EPYC Zen 5 family 26, GCC 12.2, 2026-11-21.)
   if (items <= 0 || items >= threads) return plan;
   // Two splits per thread rather than one: items are handed out first come,
   // first served, so a thread that starts late (the core is shared) leaves

@@ -33,18 +33,19 @@ WorkspaceLayout ComputeLayout(int64_t head_dim) {
     return off;
   };
   L.q = take(rows * dp);
-  // S^T of the lanes path [kTileLanes][rows], or S of the rows path
-  // [rows][kTileRows] (up to kMaxRows rows when a job spans kv heads).
-  L.s = take(
-      static_cast<size_t>(kTileLanes > kTileRows ? kTileLanes : kTileRows) *
-      rows);
+  // S^T of the prefill path [kPrefillTileKeys][rows], or S of the decode path
+  // [rows][kDecodeTileKeys] (up to kMaxRows rows when a job spans kv heads).
+  L.s = take(static_cast<size_t>(kPrefillTileKeys > kDecodeTileKeys
+                                     ? kPrefillTileKeys
+                                     : kDecodeTileKeys) *
+             rows);
   L.o = take(dp * rows);
-  L.kw = take(static_cast<size_t>(kTileLanes) * dp);
-  L.vw = take(static_cast<size_t>(kTileRows) * dp);
+  L.kw = take(static_cast<size_t>(kPrefillTileKeys) * dp);
+  L.vw = take(static_cast<size_t>(kDecodeTileKeys) * dp);
   L.m = take(rows);
   L.l = take(rows);
   L.alpha = take(rows);
-  L.zero = take(static_cast<size_t>(kTileRows) + dp);
+  L.zero = take(static_cast<size_t>(kDecodeTileKeys) + dp);
   L.total = at;
   return L;
 }

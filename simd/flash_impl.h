@@ -5,6 +5,10 @@
 // for another's (an ODR trap of multi-ISA builds). For the same reason this
 // file avoids out-of-line std:: algorithms.
 //
+// Timings quoted in this file were measured on a 2-core AMD EPYC Zen 5 family
+// 26, GCC 12.2 (2026-11-21), as % of a paired read pass (bench/README.md)
+// unless stated.
+//
 // Algorithm (FlashAttention-2 on a CPU). One work item = rows R (queries x the
 // query heads of one KV head) and a key range. For each KV tile:
 //   S = Q K^T (log2 units: scale*log2(e) folded into one constant c, so the
@@ -13,14 +17,15 @@
 //   O = O*alpha + P V.     out = O / l at the end (zeros when l == 0).
 // No S x S buffer exists: S lives for one tile.
 //
-// Two data arrangements, chosen by R:
-//  * lanes = rows (R >= vector width; prefill): S^T[key][row], O^T[d][row].
+// Two paths, one per kernel family, chosen by R:
+//  * prefill (R >= vector width), lanes = rows: S^T[key][row], O^T[d][row].
 //    QK^T broadcasts K[j][e] against a vector of Q^T[e][rows]; P.V broadcasts
 //    V[j][e] against P^T[j][rows]. Broadcasting from memory reads K and V
 //    through any strides, so every KV layout (BHSD, BSHD, transposed V) runs
 //    the same register-blocked micro-kernels with no transposition, and the
 //    row max/sum of the online softmax are lane-wise (no shuffles).
-//  * lanes = d or keys (R < vector width; decode): dot products of Q rows
+//  * decode (R < vector width: one query, or a few), lanes = d or keys: dot
+//  products of Q rows
 //    with K rows along d, reduced 16 at a time by haddp; P.V broadcasts P
 //    against V rows, or, for transposed V, dots P rows with V^T rows along
 //    the keys. No lane is wasted on a 4-row GQA group.
@@ -299,7 +304,7 @@ struct Flash {
     const float* bias[kMaxRows];  // row of bias (stride bias_stride) or null
   };
 
-  // ---- lanes = rows: micro-kernels -------------------------------------
+  // ---- prefill path (lanes = rows): micro-kernels ----------------------
   // S^T[j][rows] for NK keys: Q^T is [d][rp] (rp = RV*W rows), K row pointers
   // kp + kk*ks. 4x6 on AVX-512: 24 accumulators + 4 Q vectors + 1 broadcast
   // of 32 zmm; per e: 10 loads feed 24 FMAs, and 24 independent chains cover
@@ -379,9 +384,9 @@ struct Flash {
   }
 
   template <int RV>
-  static void LanesTile(const BlockJob& job, const Rows& rows, float* ws,
-                        const WorkspaceLayout& L, int64_t j0, int64_t nt,
-                        bool partial_tile) {
+  static void PrefillTile(const BlockJob& job, const Rows& rows, float* ws,
+                          const WorkspaceLayout& L, int64_t j0, int64_t nt,
+                          bool partial_tile) {
     // Keys / d per micro-kernel call: RV x NB accumulators + RV Q (or P)
     // vectors + 1 broadcast within the register file (32 zmm: 8, 8, 8, 6;
     // 16 ymm: 8, 6, 4, 2 -- AVX2 with the AVX-512 blocks spilled them).
@@ -496,9 +501,9 @@ struct Flash {
       if (p.layout == KvLayout::kTransposedV) {
         for (int64_t e = 0; e < d; ++e)
           LoadRow(a.v, a.v.Offset(job.b, job.kvh, j0, e), 1, nt,
-                  vw + e * kTileLanes);
+                  vw + e * kPrefillTileKeys);
         sj = 1;
-        sd = kTileLanes;
+        sd = kPrefillTileKeys;
       } else {
         for (int64_t j = 0; j < nt; ++j)
           LoadRow(a.v, a.v.Offset(job.b, job.kvh, j0 + j, 0), 1, d, vw + j * d);
@@ -519,8 +524,8 @@ struct Flash {
   }
 
   template <int RV>
-  static void RunLanes(const BlockJob& job, const Rows& rows, float* ws,
-                       const WorkspaceLayout& L, int64_t blo, int64_t bhi) {
+  static void RunPrefill(const BlockJob& job, const Rows& rows, float* ws,
+                         const WorkspaceLayout& L, int64_t blo, int64_t bhi) {
     const AttentionProblem& p = *job.p;
     const AttentionArgs& a = *job.a;
     const int64_t d = p.head_dim, rp = RV * W;
@@ -553,8 +558,9 @@ struct Flash {
       ws[L.l + r] = 0.0f;
     }
     const bool has_bias = p.mask == MaskKind::kBias;
-    for (int64_t j0 = blo; j0 < bhi; j0 += kTileLanes) {
-      const int64_t nt = bhi - j0 < kTileLanes ? bhi - j0 : kTileLanes;
+    for (int64_t j0 = blo; j0 < bhi; j0 += kPrefillTileKeys) {
+      const int64_t nt =
+          bhi - j0 < kPrefillTileKeys ? bhi - j0 : kPrefillTileKeys;
       bool full = !has_bias, empty = true;
       for (int64_t r = 0; r < rows.n; ++r) {
         if (rows.lo[r] > j0 || rows.hi[r] < j0 + nt) full = false;
@@ -562,7 +568,7 @@ struct Flash {
           empty = false;
       }
       if (empty) continue;  // fully masked tile (causal / window): skipped
-      LanesTile<RV>(job, rows, ws, L, j0, nt, !full);
+      PrefillTile<RV>(job, rows, ws, L, j0, nt, !full);
     }
     // ---- write out
     for (int64_t r = 0; r < rows.n; ++r) {
@@ -593,7 +599,7 @@ struct Flash {
     Rows rows;
     const int64_t G = p.group_size();
     int64_t blo = job.kv_end, bhi = job.kv_begin;
-    // Row r = (kv head k, query ii, head gg), k outermost: RunRowsPath takes
+    // Row r = (kv head k, query ii, head gg), k outermost: RunDecode takes
     // each kv head's rows as one contiguous block.
     for (int64_t k = 0; k < job.nkv; ++k) {
       for (int64_t ii = 0; ii < job.qn; ++ii) {
@@ -620,34 +626,35 @@ struct Flash {
       }
     }
     assert(rows.n <= kMaxRows);
-    // The lanes path takes one kv head's rows (nkv > 1 only for few rows).
+    // The prefill path takes one kv head's rows (nkv > 1 only for few rows).
     if (job.qn * job.gn >= W) {
       assert(job.nkv == 1);
       switch ((rows.n + W - 1) / W) {
         case 1:
-          return RunLanes<1>(job, rows, ws, L, blo, bhi);
+          return RunPrefill<1>(job, rows, ws, L, blo, bhi);
         case 2:
-          return RunLanes<2>(job, rows, ws, L, blo, bhi);
+          return RunPrefill<2>(job, rows, ws, L, blo, bhi);
         case 3:
-          return RunLanes<3>(job, rows, ws, L, blo, bhi);
+          return RunPrefill<3>(job, rows, ws, L, blo, bhi);
         case 4:
-          return RunLanes<4>(job, rows, ws, L, blo, bhi);
+          return RunPrefill<4>(job, rows, ws, L, blo, bhi);
         default:
           break;
       }
       assert(false && "more rows than KernelOps::max_rows");
       return;
     }
-    RunRowsPath(job, rows, ws, L, blo, bhi);
+    RunDecode(job, rows, ws, L, blo, bhi);
   }
 
-  // ---- lanes = d / keys (few rows: decode) --------------------------------
+  // ---- decode path (lanes = d / keys, few rows) ----------------------------
   // Software prefetch (into L1) of the rows a loop will read PrefetchKeys()
   // keys later, issued one row at a time from inside the loop's compute:
   // Fetch(j) fetches row j of [base + j*stride, + bytes), rows j < n exist.
-  // Spreading the prefetches over the work matters on Zen 4: the same rows
-  // fetched in bursts of 16 per 16-key block ran bf16 decode (d=128, kv 16k)
-  // at 52-58% of a paired read pass on one core, one row per key at 75-80%.
+  // Spreading the prefetches over the work matters (measured as above): the
+  // same rows fetched in bursts of 16 per 16-key block ran bf16 decode (d=128,
+  // kv 16k) at 52-58% of a paired read pass on one core, one row per key at
+  // 75-80%.
   struct AheadRows {
     const char* base = nullptr;  // null: nothing to fetch
     int64_t stride = 0, n = 0, bytes = 0;
@@ -736,7 +743,7 @@ struct Flash {
       const T* vj = vbase + j0 * vs;
       for (int64_t r0 = 0; r0 < R; r0 += 4) {
         const int64_t rb = R - r0 < 4 ? R - r0 : 4;
-        const float* pm = sm + r0 * kTileRows + j0;
+        const float* pm = sm + r0 * kDecodeTileKeys + j0;
         for (int64_t e0 = 0; e0 < De; e0 += kPvCols * W) {
           const int dv = static_cast<int>(
               (De - e0) / W < kPvCols ? (De - e0) / W : kPvCols);
@@ -751,16 +758,20 @@ struct Flash {
           }
           switch (rb) {
             case 1:
-              PvRowsDv<1>(dv, pm, kTileRows, nj, vj + e0, vs, orow, De, ahead);
+              PvRowsDv<1>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
+                          ahead);
               break;
             case 2:
-              PvRowsDv<2>(dv, pm, kTileRows, nj, vj + e0, vs, orow, De, ahead);
+              PvRowsDv<2>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
+                          ahead);
               break;
             case 3:
-              PvRowsDv<3>(dv, pm, kTileRows, nj, vj + e0, vs, orow, De, ahead);
+              PvRowsDv<3>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
+                          ahead);
               break;
             default:
-              PvRowsDv<4>(dv, pm, kTileRows, nj, vj + e0, vs, orow, De, ahead);
+              PvRowsDv<4>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
+                          ahead);
               break;
           }
         }
@@ -775,7 +786,7 @@ struct Flash {
   //
   // Load order: key by key, each K row's lines in address order. Walking d
   // in the outer loop instead (one vector of each of the KB rows in turn)
-  // jumps back and forth across KB rows, and Zen 4's hardware prefetchers
+  // jumps back and forth across KB rows, and the hardware prefetchers
   // then stop streaming K: from DRAM QK^T cost 98 cycles/key that way and 41
   // key by key (bf16 d=128, 4 rows, no software prefetch; 17 in cache).
   // On AVX-512 a segment of Q (kQkSeg vectors of d per row) sits in the 16
@@ -920,11 +931,11 @@ struct Flash {
       }
       for (int r = 0; r < rn; ++r)
         for (int kk = 0; kk < KB; ++kk)
-          srow[r * kTileRows + kb + kk] = t[r * KB + kk];
+          srow[r * kDecodeTileKeys + kb + kk] = t[r * KB + kk];
     }
   }
-  static void RunRowsPath(const BlockJob& job, const Rows& rows, float* ws,
-                          const WorkspaceLayout& L, int64_t blo, int64_t bhi) {
+  static void RunDecode(const BlockJob& job, const Rows& rows, float* ws,
+                        const WorkspaceLayout& L, int64_t blo, int64_t bhi) {
     const AttentionProblem& p = *job.p;
     const AttentionArgs& a = *job.a;
     const int64_t d = p.head_dim, R = rows.n;
@@ -941,7 +952,7 @@ struct Flash {
     const char* kdata = static_cast<const char*>(a.k.data);
     const char* vdata = static_cast<const char*>(a.v.data);
     float* q = ws + L.q;
-    float* sm = ws + L.s;  // S / P [R][kTileRows]
+    float* sm = ws + L.s;  // S / P [R][kDecodeTileKeys]
     float* o = ws + L.o;   // O [R][De]
     float* m = ws + L.m;
     float* l = ws + L.l;
@@ -962,8 +973,9 @@ struct Flash {
       l[r] = 0.0f;
     }
     const bool has_bias = p.mask == MaskKind::kBias;
-    for (int64_t j0 = blo; j0 < bhi; j0 += kTileRows) {
-      const int64_t nt = bhi - j0 < kTileRows ? bhi - j0 : kTileRows;
+    for (int64_t j0 = blo; j0 < bhi; j0 += kDecodeTileKeys) {
+      const int64_t nt =
+          bhi - j0 < kDecodeTileKeys ? bhi - j0 : kDecodeTileKeys;
       const int64_t ntp = (nt + W - 1) / W * W;
       bool full = !has_bias, empty = true;
       for (int64_t r = 0; r < R; ++r) {
@@ -1004,25 +1016,26 @@ struct Flash {
             k_ahead.n = bhi - jk;
             k_ahead.bytes = d * esize;
           }
-          if (tv && j0 + kTileRows < bhi) {
+          if (tv && j0 + kDecodeTileKeys < bhi) {
             // V^T rows are d rows along the keys: a slice of them over the
             // next tile's keys per W keys of this tile.
             const int64_t per = (d * W + ntp - 1) / ntp;
             const int64_t e0 = jb / W * per;
             const int64_t ne = d - e0 < per ? d - e0 : per;
-            const int64_t nk = bhi - (j0 + kTileRows) < kTileRows
-                                   ? bhi - (j0 + kTileRows)
-                                   : kTileRows;
+            const int64_t nk = bhi - (j0 + kDecodeTileKeys) < kDecodeTileKeys
+                                   ? bhi - (j0 + kDecodeTileKeys)
+                                   : kDecodeTileKeys;
             if (ne > 0)
               AheadRows{
-                  vdata + a.v.Offset(job.b, kvh, j0 + kTileRows, e0) * esize,
+                  vdata +
+                      a.v.Offset(job.b, kvh, j0 + kDecodeTileKeys, e0) * esize,
                   a.v.strides[3] * esize, ne, nk * esize}
                   .FetchAll();
           }
           for (int64_t r0 = s0; r0 < s0 + Rh; r0 += kQkRowGroup) {
             const int rn = static_cast<int>(
                 s0 + Rh - r0 < kQkRowGroup ? s0 + Rh - r0 : kQkRowGroup);
-            float* srow = sm + r0 * kTileRows + jb;
+            float* srow = sm + r0 * kDecodeTileKeys + jb;
             const AheadRows& ahead = r0 == s0 ? k_ahead : AheadRows{};
             if (rn == 1) {
               QkGroup<1>(dot, k_u16, q, De, d, r0, rn, kp, zero, srow, ahead);
@@ -1041,7 +1054,7 @@ struct Flash {
       // ---- online softmax per row
       const V c = X::Set(job.c);
       for (int64_t r = 0; r < R; ++r) {
-        float* sr = sm + r * kTileRows;
+        float* sr = sm + r * kDecodeTileKeys;
         for (int64_t j = 0; j < ntp; j += W)
           X::Store(sr + j, X::Load(sr + j) * c);
         if (!full) {
@@ -1092,7 +1105,7 @@ struct Flash {
           // or bf16 tile is widened into zero-padded rows.
           const bool direct = !bf16 && nt == ntp;
           const float* vbase = nullptr;
-          int64_t vs = kTileRows;
+          int64_t vs = kDecodeTileKeys;
           if (direct) {
             vbase = a.v.As<float>() + a.v.Offset(job.b, kvh, j0, 0);
             vs = a.v.strides[3];
@@ -1100,13 +1113,13 @@ struct Flash {
             float* vw = ws + L.vw;
             for (int64_t e = 0; e < d; ++e) {
               LoadRow(a.v, a.v.Offset(job.b, kvh, j0, e), 1, nt,
-                      vw + e * kTileRows);
-              ZeroFloats(vw + e * kTileRows + nt, ntp - nt);
+                      vw + e * kDecodeTileKeys);
+              ZeroFloats(vw + e * kDecodeTileKeys + nt, ntp - nt);
             }
             vbase = vw;
           }
           for (int64_t r = s0; r < s0 + Rh; ++r) {
-            const float* pr = sm + r * kTileRows;
+            const float* pr = sm + r * kDecodeTileKeys;
             for (int64_t e0 = 0; e0 < De; e0 += W) {
               const float* vp[W];
               for (int k = 0; k < W; ++k)
@@ -1126,12 +1139,13 @@ struct Flash {
           // V rows read in place (bf16 widened in registers).
           const int64_t off = a.v.Offset(job.b, kvh, j0, 0);
           if (bf16) {
-            PvRowsAll(Rh, De, sm + s0 * kTileRows, nt,
+            PvRowsAll(Rh, De, sm + s0 * kDecodeTileKeys, nt,
                       static_cast<const uint16_t*>(a.v.data) + off,
                       a.v.strides[2], o + s0 * De, bhi - j0);
           } else {
-            PvRowsAll(Rh, De, sm + s0 * kTileRows, nt, a.v.As<float>() + off,
-                      a.v.strides[2], o + s0 * De, bhi - j0);
+            PvRowsAll(Rh, De, sm + s0 * kDecodeTileKeys, nt,
+                      a.v.As<float>() + off, a.v.strides[2], o + s0 * De,
+                      bhi - j0);
           }
         } else {  // d not a multiple of W: zero-padded f32 copy
           float* vw = ws + L.vw;
@@ -1148,7 +1162,7 @@ struct Flash {
             LoadRow(a.v, a.v.Offset(job.b, kvh, j0 + j, 0), 1, d, vw + j * De);
             ZeroFloats(vw + j * De + d, De - d);
           }
-          PvRowsAll(Rh, De, sm + s0 * kTileRows, nt,
+          PvRowsAll(Rh, De, sm + s0 * kDecodeTileKeys, nt,
                     static_cast<const float*>(vw), De, o + s0 * De, 0);
         }
       }

@@ -20,23 +20,25 @@ namespace attnkit::simd::internal {
 // is loaded once for up to kMaxRows rows. 64 rows = 4 AVX-512 vectors, the
 // register block of the micro-kernels.
 inline constexpr int kMaxRows = 64;
-// Keys per tile when rows run along vector lanes (prefill): a 64-key S^T tile
-// of 64 rows is 16 KiB, and K/V tiles of 64 keys x d=128 are 32 KiB each,
-// so the working set stays in Zen 4's 1 MiB L2 with S^T in L1 (32 KiB).
-inline constexpr int64_t kTileLanes = 64;
-// Keys per tile when d runs along the lanes (decode, few rows). Longer tiles
+// Keys per tile of the prefill path (rows along the vector lanes): a 64-key S^T
+// tile of 64 rows is 16 KiB, and K/V tiles of 64 keys x d=128 are 32 KiB each,
+// so the working set stays in a 1 MiB L2 with S^T in a 32 KiB L1.
+inline constexpr int64_t kPrefillTileKeys = 64;
+// Keys per tile of the decode path (d along the lanes, few rows). Longer tiles
 // amortize the per-tile softmax reductions (and the haddp of P.V over
 // transposed V); shorter ones keep the K and V streams from DRAM both moving
-// (each tile reads K, then V). Measured on Zen 4, bf16 d=128 kv 16k, 1 thread,
-// as % of a paired read pass: 256 keys 53%, 128 keys 68-77%, 64 keys 69-73%.
-inline constexpr int64_t kTileRows = 128;
+// (each tile reads K, then V). Measured on an AMD EPYC Zen 5 (family 26, 2
+// cores; GCC 12.2; 2026-11-21), bf16 d=128 kv 16k, 1 thread, as % of a paired
+// read pass: 256 keys 53%, 128 keys 68-77%, 64 keys 69-73%.
+inline constexpr int64_t kDecodeTileKeys = 128;
 // How far ahead the decode path prefetches the K rows it will dot next and
 // the V rows it will accumulate next, in bytes of each stream: one row at a
-// time, in address order, into L1 (prefetcht0). Zen 4's hardware prefetchers
-// alone stream these rows at about half the rate one core consumes them.
-// 8 KiB (32 bf16 or 16 f32 rows of d=128) ran f32 decode at 62-70% of a
-// paired read pass on one core where 32 KiB ran it at 55-61% (the lines
-// ahead of both streams then crowd L1); bf16 ran the same at 8 and 16 KiB.
+// time, in address order, into L1 (prefetcht0). Measured on the same machine,
+// compiler and date as kDecodeTileKeys: the hardware prefetchers alone stream
+// these rows at about half the rate one core consumes them; 8 KiB (32 bf16 or
+// 16 f32 rows of d=128) ran f32 decode at 62-70% of a paired read pass on one
+// core where 32 KiB ran it at 55-61% (the lines ahead of both streams then
+// crowd L1); bf16 ran the same at 8 and 16 KiB.
 inline constexpr int64_t kPrefetchBytes = 8192;
 constexpr int64_t PrefetchKeys(int64_t row_bytes) {
   return row_bytes >= kPrefetchBytes / 4 ? 4 : kPrefetchBytes / row_bytes;
@@ -51,7 +53,7 @@ constexpr int64_t PaddedDim(int64_t d) { return (d + 31) / 32 * 32; }
 // Offsets (in floats, each 64-byte aligned) of one thread's workspace.
 struct WorkspaceLayout {
   size_t q = 0, s = 0, o = 0, kw = 0, vw = 0, m = 0, l = 0, alpha = 0;
-  size_t zero = 0;  // kTileRows + PaddedDim zeros, never written
+  size_t zero = 0;  // kDecodeTileKeys + PaddedDim zeros, never written
   size_t total = 0;
 };
 WorkspaceLayout ComputeLayout(int64_t head_dim);
@@ -72,7 +74,7 @@ struct BlockJob {
   int64_t b = 0, kvh = 0, g0 = 0, gn = 1, i0 = 0, qn = 1;
   // kv heads kvh .. kvh + nkv - 1, each with the rows above (row r = kv head
   // r / (qn * gn)); more than one only when qn * gn < the vector width (the
-  // rows path) and nkv * qn * gn <= kMaxRows.
+  // decode path) and nkv * qn * gn <= kMaxRows.
   int64_t nkv = 1;
   int64_t kv_begin = 0, kv_end = 0;
   float c = 1.0f;            // scale * log2(e): logits in log2 units, exp2

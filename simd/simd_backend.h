@@ -1,4 +1,5 @@
-// Backend 3: hand-written flash attention (online softmax over KV tiles, no
+// Backend 3: hand-written FlashAttention-style prefill and decode kernels
+// (online softmax over KV tiles, no
 // S x S buffer) and in-place KV append, vectorized with xsimd per ISA (chosen
 // at run time) and parallelized with OpenMP.
 #ifndef ATTNKIT_SIMD_SIMD_BACKEND_H_

@@ -170,7 +170,7 @@ TEST_P(SimdIsaTest, AdversarialProfiles) {
         p.kv_lens = {130, 513};
         ExpectMatchesOracle(*backend, p, 77 + prof,
                             static_cast<ValueProfile>(prof));
-        p.q_lens = {20, 0};  // 40 rows: the lanes path; one empty sequence
+        p.q_lens = {20, 0};  // 40 rows: the prefill path; one empty sequence
         p.kv_lens = {129, 65};
         p.layout = KvLayout::kTransposedV;
         ExpectMatchesOracle(*backend, p, 99 + prof,

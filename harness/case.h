@@ -3,8 +3,8 @@
 // function of (tier, seed, index), and its one-line string form is enough to
 // replay it bit for bit (after shrinking too: the shrunk problem is carried in
 // the string, the values are re-drawn from the same seed and index).
-#ifndef ATTNKIT_HARNESS_TEST_CASE_H_
-#define ATTNKIT_HARNESS_TEST_CASE_H_
+#ifndef ATTNKIT_HARNESS_CASE_H_
+#define ATTNKIT_HARNESS_CASE_H_
 
 #include <cstdint>
 #include <string>
@@ -24,7 +24,7 @@ enum class Tier : uint8_t { kSmoke = 0, kDefault, kLong };
 std::string_view TierName(Tier t);
 StatusOr<Tier> ParseTier(std::string_view s);
 
-struct TestCase {
+struct Case {
   uint64_t seed = 0;
   uint64_t index = 0;
   AttentionProblem problem;
@@ -49,22 +49,22 @@ struct TestCase {
 };
 
 // Problem.Validate() plus the decode-loop constraint kv_lens >= steps*q_lens.
-Status ValidateCase(const TestCase& c);
+Status ValidateCase(const Case& c);
 
 // Parses ToString()'s form; every field is named in the error.
-StatusOr<TestCase> ParseTestCase(std::string_view text);
+StatusOr<Case> ParseCase(std::string_view text);
 
 StatusOr<ValueProfile> ParseValueProfile(std::string_view s);
 
 // The case at `index` of the campaign `seed` in `tier`. Deterministic: uses
 // only Rng(seed, index).
-TestCase GenerateCase(Tier tier, uint64_t seed, uint64_t index);
+Case GenerateCase(Tier tier, uint64_t seed, uint64_t index);
 
 // The problem of decode step `step` (0 = prompt) of a decode-loop case, and
 // the cache capacity the loop needs.
-AttentionProblem DecodeStepProblem(const TestCase& c, int64_t step);
-int64_t DecodeCapacity(const TestCase& c);
+AttentionProblem DecodeStepProblem(const Case& c, int64_t step);
+int64_t DecodeCapacity(const Case& c);
 
 }  // namespace attnkit::harness
 
-#endif  // ATTNKIT_HARNESS_TEST_CASE_H_
+#endif  // ATTNKIT_HARNESS_CASE_H_

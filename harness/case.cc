@@ -1,4 +1,4 @@
-#include "harness/test_case.h"
+#include "harness/case.h"
 
 #include <algorithm>
 #include <array>
@@ -12,12 +12,12 @@ namespace attnkit::harness {
 namespace {
 
 // Per-tier size caps. The oracle does every multiply-add in scalar f64 through
-// strided loads (~3-5 ns each here), and the naive reference materializes
-// S = [q_len, kv_len] per head, so both caps bound a case's cost directly:
-// 1.5M multiply-adds is ~6 ms of oracle, which with the reference and two or
-// three fast backends keeps the default tier well above 1,000 cases/min on
-// 2 cores. The long tier allows 32k-key contexts (decode-shaped, so S stays
-// a few rows) and 2k x 2k prefills.
+// strided loads (~3-5 ns each on a 2-core AMD EPYC Zen 5 family 26, GCC 12.2,
+// 2026-11-21), and the naive reference materializes S = [q_len, kv_len] per
+// head, so both caps bound a case's cost directly: 1.5M multiply-adds is ~6 ms
+// of oracle, which with the reference and two or three fast backends keeps the
+// default tier well above 1,000 cases/min on 2 cores. The long tier allows
+// 32k-key contexts (decode-shaped, so S stays a few rows) and 2k x 2k prefills.
 struct TierLimits {
   int64_t max_batch;
   int64_t max_kv;          // longest context a sequence may have
@@ -25,8 +25,8 @@ struct TierLimits {
   int64_t max_s_elements;  // q_len * kv_len of the reference's S per head
   int64_t max_steps;       // decode-loop steps
   // q, k, v and bias elements drawn per case: filling costs ~25 ns per
-  // normal value (Box-Muller: a log and a cos), as much as the oracle's
-  // multiply-adds for a decode-shaped case over a long context.
+  // normal value (Box-Muller: a log and a cos; same machine), as much as the
+  // oracle's multiply-adds for a decode-shaped case over a long context.
   double max_elements;
   uint64_t spec_block;  // consecutive cases sharing a kernel specialization
 };
@@ -131,7 +131,7 @@ double Macs(const AttentionProblem& p) {
 // character: queries shrink first (a decode-shaped case is cheap even at
 // 32k keys), then kv heads, sequences, and contexts. head_dim and the GQA
 // group are never changed: they are the block's kernel specialization.
-void FitToLimits(TestCase& c, const TierLimits& lim) {
+void FitToLimits(Case& c, const TierLimits& lim) {
   AttentionProblem& p = c.problem;
   const int64_t steps = std::max<int64_t>(c.decode_steps, 1);
   // For a decode loop kv_lens hold the prompts here; the last step sees
@@ -249,14 +249,14 @@ StatusOr<ValueProfile> ParseValueProfile(std::string_view s) {
                                  known);
 }
 
-std::string TestCase::ToString() const {
+std::string Case::ToString() const {
   return "seed=" + std::to_string(seed) + ",index=" + std::to_string(index) +
          ",values=" + std::string(ValueProfileName(profile)) +
          ",pad=" + std::to_string(kv_pad) +
          ",steps=" + std::to_string(decode_steps) + "," + problem.ToString();
 }
 
-double TestCase::Cost() const {
+double Case::Cost() const {
   const AttentionProblem& p = problem;
   double cost = 0;
   for (int64_t s = 0; s <= decode_steps; ++s) {
@@ -280,8 +280,8 @@ double TestCase::Cost() const {
          (p.layout == KvLayout::kBHSD ? 0 : 0.125) + (p.scale ? 0.0625 : 0);
 }
 
-StatusOr<TestCase> ParseTestCase(std::string_view text) {
-  TestCase c;
+StatusOr<Case> ParseCase(std::string_view text) {
+  Case c;
   auto bad = [&](std::string m) {
     return Status::InvalidArgument("case '" + std::string(text) + "': " + m);
   };
@@ -335,7 +335,7 @@ StatusOr<TestCase> ParseTestCase(std::string_view text) {
   return c;
 }
 
-Status ValidateCase(const TestCase& c) {
+Status ValidateCase(const Case& c) {
   ATTNKIT_RETURN_IF_ERROR(c.problem.Validate());
   const AttentionProblem& p = c.problem;
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -350,7 +350,7 @@ Status ValidateCase(const TestCase& c) {
   return Status::Ok();
 }
 
-AttentionProblem DecodeStepProblem(const TestCase& c, int64_t step) {
+AttentionProblem DecodeStepProblem(const Case& c, int64_t step) {
   AttentionProblem p = c.problem;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t n = c.problem.q_lens[b];
@@ -361,20 +361,20 @@ AttentionProblem DecodeStepProblem(const TestCase& c, int64_t step) {
   return p;
 }
 
-int64_t DecodeCapacity(const TestCase& c) {
+int64_t DecodeCapacity(const Case& c) {
   return c.problem.max_kv_len() + c.kv_pad;
 }
 
-TestCase GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
+Case GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
   const TierLimits lim = LimitsOf(tier);
   // What a JIT backend specializes on -- head_dim, dtype, mask kind, V
   // layout, GQA group -- is drawn once per block of consecutive cases, so a
-  // campaign compiles once per block (~0.75 s of LLVM here) instead of once
-  // per case; lengths, batch, head counts, values, scale and decode mode
-  // still vary case by case.
+  // campaign compiles once per block (~0.75 s of LLVM 22 on a 2-core AMD EPYC
+  // Zen 5 family 26, GCC 12.2, 2026-11-21) instead of once per case; lengths,
+  // batch, head counts, values, scale and decode mode still vary case by case.
   Rng spec(seed ^ 0x73706563ull, index / lim.spec_block);  // "spec"
   Rng r(seed, index);
-  TestCase c;
+  Case c;
   c.seed = seed;
   c.index = index;
   AttentionProblem& p = c.problem;

@@ -1,4 +1,4 @@
-#include "harness/test_case.h"
+#include "harness/case.h"
 
 #include <gtest/gtest.h>
 
@@ -36,7 +36,7 @@ TEST(GenerateCaseTest, DefaultTierCoversEveryEdge) {
        neg_scale = false, padded = false, odd_dim = false, ragged = false,
        big_batch = false, wide_window = false;
   for (uint64_t i = 0; i < 3000; ++i) {
-    const TestCase c = GenerateCase(Tier::kDefault, 1, i);
+    const Case c = GenerateCase(Tier::kDefault, 1, i);
     const AttentionProblem& p = c.problem;
     ASSERT_TRUE(ValidateCase(c).ok()) << c.ToString();
     masks.insert(p.mask);
@@ -75,7 +75,7 @@ TEST(GenerateCaseTest, DefaultTierCoversEveryEdge) {
 // A JIT backend compiles per (head_dim, dtype, mask, layout, group): blocks
 // of consecutive cases share those, and the blocks differ.
 TEST(GenerateCaseTest, BlocksOfCasesShareAKernelSpecialization) {
-  auto spec = [](const TestCase& c) {
+  auto spec = [](const Case& c) {
     const AttentionProblem& p = c.problem;
     return std::to_string(p.head_dim) + "/" + std::string(DTypeName(p.dtype)) +
            "/" + std::string(MaskKindName(p.mask)) + "/" +
@@ -100,10 +100,10 @@ TEST(GenerateCaseTest, BlocksOfCasesShareAKernelSpecialization) {
 TEST(GenerateCaseTest, TiersCapTheirSizes) {
   int64_t longest_smoke = 0, longest_long = 0;
   for (uint64_t i = 0; i < 1000; ++i) {
-    const TestCase s = GenerateCase(Tier::kSmoke, 3, i);
+    const Case s = GenerateCase(Tier::kSmoke, 3, i);
     longest_smoke = std::max(longest_smoke, s.problem.max_kv_len());
     EXPECT_LE(s.Cost(), 2e5 * 5) << s.ToString();
-    const TestCase l = GenerateCase(Tier::kLong, 3, i);
+    const Case l = GenerateCase(Tier::kLong, 3, i);
     longest_long = std::max(longest_long, l.problem.max_kv_len());
     ASSERT_TRUE(ValidateCase(l).ok()) << l.ToString();
   }
@@ -111,11 +111,11 @@ TEST(GenerateCaseTest, TiersCapTheirSizes) {
   EXPECT_GE(longest_long, 16384);
 }
 
-TEST(TestCaseStringTest, RoundTripsExactly) {
+TEST(CaseStringTest, RoundTripsExactly) {
   for (Tier t : {Tier::kSmoke, Tier::kDefault, Tier::kLong}) {
     for (uint64_t i = 0; i < 500; ++i) {
-      const TestCase c = GenerateCase(t, 99, i);
-      auto parsed = ParseTestCase(c.ToString());
+      const Case c = GenerateCase(t, 99, i);
+      auto parsed = ParseCase(c.ToString());
       ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
       EXPECT_EQ(parsed->ToString(), c.ToString());
       EXPECT_EQ(parsed->problem.scale.has_value(), c.problem.scale.has_value());
@@ -126,7 +126,7 @@ TEST(TestCaseStringTest, RoundTripsExactly) {
   }
 }
 
-TEST(TestCaseStringTest, BadStringsNameTheField) {
+TEST(CaseStringTest, BadStringsNameTheField) {
   struct Bad {
     const char* text;
     const char* expect;
@@ -143,7 +143,7 @@ TEST(TestCaseStringTest, BadStringsNameTheField) {
       {"seed=1,index=1,pad=9999999,b=1,q=1,kv=1", "pad=9999999 exceeds"},
   };
   for (const Bad& b : cases) {
-    auto c = ParseTestCase(b.text);
+    auto c = ParseCase(b.text);
     ASSERT_FALSE(c.ok()) << b.text;
     EXPECT_NE(c.status().message().find(b.expect), std::string::npos)
         << c.status().message();
@@ -151,7 +151,7 @@ TEST(TestCaseStringTest, BadStringsNameTheField) {
 }
 
 TEST(DecodeStepTest, StepsGrowTheContextFromThePrompt) {
-  auto c = ParseTestCase(
+  auto c = ParseCase(
       "seed=1,index=0,steps=3,b=2,hq=2,hkv=1,d=4,q=1:2,kv=5:6,mask=causal");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   // Prompts are 5 - 3*1 = 2 and 6 - 3*2 = 0.
