@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "harness/runner.h"
+#include "runtime/enum_table_testing.h"
 #include "reference/reference.h"
 
 namespace attnkit::harness {
@@ -58,6 +59,11 @@ TEST(CanaryTest, CorrectImplementationsPass) {
   }
   std::printf("independent flash implementation: worst error/bound %.3f\n",
               worst);
+}
+
+TEST(CanaryTest, TableRoundTripsAndAllBugsIsEveryBugButNone) {
+  attnkit::testing::ExpectRoundTrip(kBugNames, "Bug");
+  EXPECT_EQ(AllBugs().size(), kBugNames.size() - 1);
 }
 
 }  // namespace

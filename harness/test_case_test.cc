@@ -1,4 +1,5 @@
 #include "harness/test_case.h"
+#include "runtime/enum_table_testing.h"
 
 #include <gtest/gtest.h>
 
@@ -169,6 +170,10 @@ TEST(TierTest, ParsesNamesAndRejectsOthers) {
   auto bad = ParseTier("huge");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "tier=huge is not smoke|default|long");
+}
+
+TEST(TierTest, TableRoundTrips) {
+  attnkit::testing::ExpectRoundTrip(kTierNames, "Tier");
 }
 
 }  // namespace
