@@ -48,9 +48,7 @@ inline constexpr auto kVerdictNames = MakeEnumTable<Verdict>({
     {Verdict::kHost, "host"},
 });
 static_assert(kVerdictNames.RoundTrips());
-inline std::string_view VerdictName(Verdict v) {
-  return kVerdictNames.Name(v);
-}
+inline std::string_view VerdictName(Verdict v) { return kVerdictNames.Name(v); }
 
 struct CompareRow {
   std::string benchmark;

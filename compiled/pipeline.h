@@ -4,9 +4,9 @@
 #define ATTNKIT_COMPILED_PIPELINE_H_
 
 #include "compiled/passes.h"
-#include "runtime/enum_table.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
+#include "runtime/enum_table.h"
 
 #include <optional>
 #include <string>

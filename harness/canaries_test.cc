@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "harness/runner.h"
-#include "runtime/enum_table_testing.h"
 #include "reference/reference.h"
+#include "runtime/enum_table_testing.h"
 
 namespace attnkit::harness {
 namespace {

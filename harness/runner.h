@@ -37,9 +37,7 @@ inline constexpr auto kOutcomeNames = MakeEnumTable<Outcome>({
     {Outcome::kError, "error"},
 });
 static_assert(kOutcomeNames.RoundTrips());
-inline std::string_view OutcomeName(Outcome o) {
-  return kOutcomeNames.Name(o);
-}
+inline std::string_view OutcomeName(Outcome o) { return kOutcomeNames.Name(o); }
 
 struct CheckResult {
   std::string backend;

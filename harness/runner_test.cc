@@ -8,8 +8,8 @@
 
 #include "harness/canaries.h"
 #include "harness/test_support.h"
-#include "runtime/enum_table_testing.h"
 #include "reference/reference.h"
+#include "runtime/enum_table_testing.h"
 
 namespace attnkit::harness {
 namespace {

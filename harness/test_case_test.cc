@@ -1,9 +1,10 @@
 #include "harness/test_case.h"
-#include "runtime/enum_table_testing.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
+
+#include "runtime/enum_table_testing.h"
 
 namespace attnkit::harness {
 namespace {

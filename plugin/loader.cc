@@ -109,9 +109,8 @@ Status FromC(attnkit_plugin_status s, std::string_view what,
   // (the message is built only for an error).
   if (s == ATTNKIT_PLUGIN_OK) return Status::Ok();
   if (const auto code = kStatusCodeNames.Parse(kPluginStatusCodes.Name(s))) {
-    return Status(*code,
-                  "plugin " + name + ": " + std::string(what) + ": " +
-                      (error[0] != '\0' ? error : "(no message)"));
+    return Status(*code, "plugin " + name + ": " + std::string(what) + ": " +
+                             (error[0] != '\0' ? error : "(no message)"));
   }
   return Status::Internal(
       "plugin " + name + ": " + std::string(what) + " returned status " +

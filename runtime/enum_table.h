@@ -79,8 +79,7 @@ class EnumTable {
 
   // The message of a bad name: "<field>=<value> is not a|b|c".
   std::string NotOneOf(std::string_view field, std::string_view value) const {
-    return std::string(field) + "=" + std::string(value) + " is not " +
-           Names();
+    return std::string(field) + "=" + std::string(value) + " is not " + Names();
   }
 
   // True when no two entries share a value or a name and no name is empty,

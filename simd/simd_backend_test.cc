@@ -15,8 +15,8 @@
 
 #include "harness/test_support.h"
 #include "runtime/backend.h"
-#include "runtime/random.h"
 #include "runtime/enum_table_testing.h"
+#include "runtime/random.h"
 
 // GCC pairs the replaced operator new with free() below and warns; the pair
 // is correct (both sides are malloc/free), so the warning is off here only.
