@@ -28,8 +28,9 @@ void RunFile(const std::filesystem::path& path, int* count) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> inputs;
+  const std::string program = argv[0];
   attnkit::FlagParser flags(
-      std::string(argv[0]) + " FILE|DIR...",
+      program + " FILE|DIR...",
       "Runs the fuzz target over every file named (directories are walked);\n"
       "exit 1 if there was none.");
   flags.Positional(&inputs);
