@@ -1,6 +1,8 @@
 // attnkit_bench: Google Benchmark suites over every registered backend
-// (backends/backends.inc), plus the machine calibration the %peak figures
-// divide by. A backend added to the registry is benchmarked at once.
+// (backends/backends.inc) and every --plugin, plus the machine calibration
+// the %peak figures divide by. A backend added to the registry is
+// benchmarked at once; a plug-in's benchmarks are named like a built-in
+// backend's (prefill/<its name>/...).
 //
 //   calibration/fma/threads:N       FP32 FMA peak (GFLOPS)
 //   calibration/read_bw/threads:N   memory read bandwidth (GBps)
@@ -11,8 +13,11 @@
 //   decode_step/<backend>/len:../inplace:..           KV update + attention
 //   first_call/<backend>/q:../kv_len:../d:..          first call vs warmed
 //
-// Flags (before Google Benchmark's own): --attnkit_quick selects the reduced
-// grid `./attnkit bench --quick` runs.
+// Flags (runtime/flags.h; everything else goes to Google Benchmark, which
+// rejects what it does not know): --attnkit_quick selects the reduced grid
+// `./attnkit bench --quick` runs; --plugin lib.so (repeatable) adds a kernel
+// loaded through plugin/attnkit_plugin.h, resolved by the registry as check
+// and decode do.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 #include <unistd.h>
@@ -38,6 +43,7 @@
 #include "reference/concat_kv.h"
 #include "runtime/accounting.h"
 #include "runtime/kv_cache.h"
+#include "runtime/flags.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
 #include "runtime/stats.h"
@@ -45,11 +51,17 @@
 namespace attnkit::bench {
 namespace {
 
-using backends::BackendInfo;
-using backends::RegisteredBackendNames;
-using backends::RegisteredBackends;
+using backends::BackendSource;
 
 bool g_quick = false;
+
+// The backends benchmarked: backends::ResolveBackends(--plugin...), i.e.
+// every registered one, then the plug-ins. Filled once in main, before
+// RegisterAll; the benchmarks keep pointers into it.
+std::vector<BackendSource>& Sources() {
+  static std::vector<BackendSource> sources;
+  return sources;
+}
 
 // A backend with the quadratic_prefill trait (the reference) materializes
 // S = QK^T per head: at S 4096, hq 32 one call is ~275 GFLOP of
@@ -69,13 +81,19 @@ void Skip(const std::string& name, const std::string& why) {
 
 // One instance per backend for the whole process: backends cache compiled
 // kernels and workspaces per shape, as they would in a serving process.
-Backend& SharedBackend(const BackendInfo& info) {
+// RegisterAll makes each first (and skips a backend whose factory fails), so
+// the benchmarks always find theirs.
+StatusOr<Backend*> MakeSharedBackend(const BackendSource& source) {
   static std::map<std::string, std::unique_ptr<Backend>, std::less<>> all;
-  auto it = all.find(info.name);
+  auto it = all.find(source.name);
   if (it == all.end()) {
-    it = all.emplace(std::string(info.name), info.make()).first;
+    ATTNKIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, source.make());
+    it = all.emplace(source.name, std::move(b)).first;
   }
-  return *it->second;
+  return it->second.get();
+}
+Backend& SharedBackend(const BackendSource& source) {
+  return **MakeSharedBackend(source);
 }
 
 // Inputs of one problem, kept while the same benchmark instance runs again
@@ -266,7 +284,7 @@ AttentionProblem DecodeProblem(int64_t kv_len, DType dtype, int64_t batch) {
 // median read pass. A fixed round count: the manual time (one call) is a
 // fraction of a round's wall time, so min_time would run thousands.
 constexpr int64_t kPairedRounds = 32;
-void BM_DecodePaired(benchmark::State& state, const BackendInfo* info,
+void BM_DecodePaired(benchmark::State& state, const BackendSource* info,
                      const AttentionProblem& p) {
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::duration d) {
@@ -326,7 +344,7 @@ void BM_DecodePaired(benchmark::State& state, const BackendInfo* info,
 // from the same len (the in-place cache is truncated back to len, the concat
 // rebuilt untimed), so the per-step counts are exact constants the gate can
 // compare exactly.
-void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
+void BM_DecodeStep(benchmark::State& state, const BackendSource* info) {
   const int64_t len = state.range(0);
   const bool inplace = state.range(1) != 0;
   Backend& backend = SharedBackend(*info);
@@ -468,7 +486,7 @@ void BM_DecodeStep(benchmark::State& state, const BackendInfo* info) {
 // the same specialization. A backend that caches kernels process-wide pays
 // the compile only in the very first iteration; the median then shows the
 // cost of a cache hit.
-void BM_FirstCall(benchmark::State& state, const BackendInfo* info) {
+void BM_FirstCall(benchmark::State& state, const BackendSource* info) {
   const int64_t q = state.range(0), kv = state.range(1), d = state.range(2);
   AttentionProblem p = PrefillProblem(kv, d, q > 1, 8);
   p.q_lens = {q};
@@ -477,7 +495,9 @@ void BM_FirstCall(benchmark::State& state, const BackendInfo* info) {
   const std::string id = "first_call/" + p.ToString();
   double warm = 0;
   {
-    auto warmed = info->make();
+    auto made = info->make();
+    if (!made.ok()) return SetError(state, made.status());
+    std::unique_ptr<Backend> warmed = std::move(*made);
     const Status verdict = WarmAndCheck(id, *warmed, p, **args);
     if (!verdict.ok()) return SetError(state, verdict);
     std::vector<double> t;
@@ -494,7 +514,12 @@ void BM_FirstCall(benchmark::State& state, const BackendInfo* info) {
   double first_total = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    auto fresh = info->make();
+    auto made = info->make();
+    if (!made.ok()) {
+      SetError(state, made.status());
+      break;
+    }
+    std::unique_ptr<Backend> fresh = std::move(*made);
     state.ResumeTiming();
     const auto t0 = std::chrono::steady_clock::now();
     const Status s = fresh->Attention(p, **args);
@@ -534,10 +559,15 @@ void RegisterAll() {
       ->Arg(threads)
       ->UseRealTime();
 
-  for (const BackendInfo& info : RegisteredBackends()) {
+  for (const BackendSource& info : Sources()) {
     const std::string name(info.name);
-    const BackendInfo* ip = &info;
-    Backend& backend = SharedBackend(info);
+    const BackendSource* ip = &info;
+    auto made = MakeSharedBackend(info);
+    if (!made.ok()) {
+      Skip(name + "/*", made.status().ToString());
+      continue;
+    }
+    Backend& backend = **made;
 
     // Prefill: hq 32, hkv 8 (GQA 4:1) and 32 (MHA).
     for (int64_t s :
@@ -730,8 +760,8 @@ void AddContext(const Calibration& cal, bool interleaved) {
   benchmark::AddCustomContext("cpu_model", CpuModel());
   benchmark::AddCustomContext("mlir_version", MlirVersion());
   std::string backends;
-  for (const std::string& b : RegisteredBackendNames()) {
-    backends += (backends.empty() ? "" : ",") + b;
+  for (const BackendSource& b : Sources()) {
+    backends += (backends.empty() ? "" : ",") + b.name;
   }
   benchmark::AddCustomContext("backends", backends);
   benchmark::AddCustomContext("omp_threads", std::to_string(cal.threads));
@@ -754,17 +784,42 @@ int main(int argc, char** argv) {
   using namespace attnkit::bench;
   const bool interleaved = RandomInterleavingRequested(
       argc, argv, std::getenv("BENCHMARK_ENABLE_RANDOM_INTERLEAVING"));
-  std::vector<char*> rest;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--attnkit_quick") == 0) {
-      g_quick = true;
-    } else {
-      rest.push_back(argv[i]);
-    }
+  // Our flags; the rest (argv[0] first) is Google Benchmark's.
+  std::vector<std::string> plugins, rest{argv[0]};
+  attnkit::FlagParser flags(
+      "attnkit_bench [--attnkit_quick] [--plugin lib.so]... "
+      "[--benchmark_*=...]",
+      "Google Benchmark suites over every registered backend and plug-in.");
+  flags
+      .Bool("--attnkit_quick", &g_quick,
+            "the reduced grid of `./attnkit bench --quick`")
+      .Strings("--plugin", &plugins, "lib.so",
+               "also benchmark a kernel loaded through\n"
+               "plugin/attnkit_plugin.h (repeatable)",
+               "needs a file name")
+      .PassUnknown(&rest)
+      .Positional(&rest);
+  if (attnkit::Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) {
+    std::fprintf(stderr, "attnkit_bench: %s\n", s.message().c_str());
+    return 2;
   }
-  int n = static_cast<int>(rest.size());
-  benchmark::Initialize(&n, rest.data());
-  if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
+  if (flags.help()) {
+    // Ours, then Google Benchmark's (which exits).
+    std::fputs(flags.Usage().c_str(), stdout);
+    rest.push_back("--help");
+  }
+  auto sources = attnkit::backends::ResolveBackends(plugins);
+  if (!sources.ok()) {
+    std::fprintf(stderr, "attnkit_bench: --%s\n",
+                 sources.status().message().c_str());
+    return 2;
+  }
+  Sources() = std::move(*sources);
+  std::vector<char*> gb_argv;
+  for (std::string& a : rest) gb_argv.push_back(a.data());
+  int n = static_cast<int>(gb_argv.size());
+  benchmark::Initialize(&n, gb_argv.data());
+  if (benchmark::ReportUnrecognizedArguments(n, gb_argv.data())) return 2;
   RegisterAll();
   const Calibration& cal = MachineCalibration();
   std::fprintf(stderr, "attnkit_bench: %s\n", CalibrationSummary(cal).c_str());

@@ -27,12 +27,13 @@
 #include "bench/history.h"
 #include "bench/run_data.h"
 #include "runtime/stats.h"
+#include "runtime/flags.h"
 
 namespace attnkit::bench {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: attnkit_bench_tool <command> [--db PATH] [args]\n"
+constexpr const char* kCommands =
+    "commands:\n"
     "  ingest FILE...            store Google Benchmark JSON runs\n"
     "  runs                      list stored runs\n"
     "  compare BASE NEW [--alpha A] [--threshold T]\n"
@@ -41,9 +42,13 @@ constexpr const char* kUsage =
     "                            prefix, or a .json file\n"
     "  dashboard [-o FILE] [--host HOST]\n"
     "                            write the static HTML dashboard\n"
-    "  summary RUN               calibration and %peak per backend and suite;\n"
+    "  summary RUN               calibration and %peak per backend and "
+    "suite;\n"
     "                            decode GB/s as % of the same run's\n"
-    "                            calibration/read_bw (pct_read_bw_same_run)\n";
+    "                            calibration/read_bw "
+    "(pct_read_bw_same_run)\n"
+    "Exit status: 0 done (compare: no regression), 1 a regression, 2 bad "
+    "input.\n";
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "attnkit bench: %s\n", s.ToString().c_str());
@@ -61,15 +66,19 @@ StatusOr<RunData> LoadSpec(const std::string& db, const std::string& spec) {
   return store.Resolve(spec);
 }
 
-StatusOr<double> ParseFraction(const std::string& flag,
-                               const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !(v > 0 && v < 1)) {
-    return Status::InvalidArgument(flag + "=" + text +
-                                   " (expected a number in (0, 1))");
-  }
-  return v;
+// A Custom flag's setter for a number strictly between 0 and 1.
+FlagParser::Setter Fraction(double* target) {
+  return [target](std::string_view v) -> std::string {
+    const std::string text(v);
+    char* end = nullptr;
+    const double d = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() ||
+        !(d > 0 && d < 1)) {
+      return "not a number in (0, 1)";
+    }
+    *target = d;
+    return "";
+  };
 }
 
 // Per backend and suite: how many benchmarks report pct_peak, and the
@@ -135,41 +144,37 @@ void PrintSummary(const RunData& run) {
 }
 
 int Main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string cmd = argv[1];
   std::string db = DefaultHistoryPath(), out = "bench_dashboard.html", host;
   CompareOptions options;
   std::vector<std::string> pos;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> StatusOr<std::string> {
-      if (i + 1 >= argc) {
-        return Status::InvalidArgument(a + " needs a value");
-      }
-      return std::string(argv[++i]);
-    };
-    if (a == "--db" || a == "-o" || a == "--host" || a == "--alpha" ||
-        a == "--threshold") {
-      auto v = value();
-      if (!v.ok()) return Fail(v.status());
-      if (a == "--db") db = *v;
-      if (a == "-o") out = *v;
-      if (a == "--host") host = *v;
-      if (a == "--alpha" || a == "--threshold") {
-        auto f = ParseFraction(a, *v);
-        if (!f.ok()) return Fail(f.status());
-        (a == "--alpha" ? options.alpha : options.min_slowdown) = *f;
-      }
-    } else if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else {
-      pos.push_back(a);
-    }
+  FlagParser flags("attnkit_bench_tool <command> [--db PATH] [args]");
+  flags
+      .String("--db", &db, "PATH",
+              "the history store (default $ATTNKIT_HISTORY_DB or\n"
+              "~/.attnkit/history.sqlite)")
+      .String("-o", &out, "FILE", "dashboard: the page to write")
+      .String("--host", &host, "HOST",
+              "dashboard: the host whose runs to plot (default: the\n"
+              "latest run's)")
+      .Custom("--alpha", "A",
+              "compare: Mann-Whitney significance level (default 0.01)",
+              Fraction(&options.alpha))
+      .Custom("--threshold", "T",
+              "compare: the smallest slowdown that fails (default 0.05)",
+              Fraction(&options.min_slowdown))
+      .Positional(&pos)
+      .Epilogue(kCommands);
+  if (Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) return Fail(s);
+  if (flags.help()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
   }
+  if (pos.empty()) {
+    std::fputs(flags.Usage().c_str(), stderr);
+    return 2;
+  }
+  const std::string cmd = pos.front();
+  pos.erase(pos.begin());
 
   if (cmd == "ingest") {
     if (pos.empty()) return Fail(Status::InvalidArgument("ingest: no FILE"));
@@ -247,7 +252,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::fprintf(stderr, "attnkit bench: unknown command '%s'\n%s", cmd.c_str(),
-               kUsage);
+               flags.Usage().c_str());
   return 2;
 }
 

@@ -53,26 +53,6 @@ void CompareTime(const std::vector<double>& a, const std::vector<double>& b,
 
 }  // namespace
 
-std::string_view VerdictName(Verdict v) {
-  switch (v) {
-    case Verdict::kSame:
-      return "same";
-    case Verdict::kFaster:
-      return "faster";
-    case Verdict::kRegression:
-      return "REGRESSION";
-    case Verdict::kNew:
-      return "new";
-    case Verdict::kGone:
-      return "gone";
-    case Verdict::kFixed:
-      return "fixed";
-    case Verdict::kHost:
-      return "host";
-  }
-  return "?";
-}
-
 CompareReport CompareRuns(const RunData& base, const RunData& next,
                           const CompareOptions& options) {
   CompareReport report;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench/run_data.h"
+#include "runtime/enum_table.h"
 
 namespace attnkit::bench {
 
@@ -38,7 +39,17 @@ enum class Verdict {
   kFixed,       // errored in the base run, passes now
   kHost,        // a calibration/ benchmark changed: the host did, not the code
 };
-std::string_view VerdictName(Verdict v);
+inline constexpr auto kVerdictNames = MakeEnumTable<Verdict>({
+    {Verdict::kSame, "same"},
+    {Verdict::kFaster, "faster"},
+    {Verdict::kRegression, "REGRESSION"},
+    {Verdict::kNew, "new"},
+    {Verdict::kGone, "gone"},
+    {Verdict::kFixed, "fixed"},
+    {Verdict::kHost, "host"},
+});
+static_assert(kVerdictNames.RoundTrips());
+inline std::string_view VerdictName(Verdict v) { return kVerdictNames.Name(v); }
 
 struct CompareRow {
   std::string benchmark;

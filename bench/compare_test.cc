@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "bench/testing_runs.h"
+#include "runtime/enum_table_testing.h"
 
 namespace attnkit::bench {
 namespace {
@@ -215,6 +216,10 @@ TEST(FormatMetricTest, Units) {
   EXPECT_EQ(FormatMetric(kTimeMetric, 950), "950 ns");
   EXPECT_EQ(FormatMetric("bytes_copied_per_step", 4202496), "4.202 MB");
   EXPECT_EQ(FormatMetric("allocs_per_step", 67), "67");
+}
+
+TEST(CompareTest, VerdictTableRoundTrips) {
+  attnkit::testing::ExpectRoundTrip(kVerdictNames, "Verdict");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Kernels compiled ahead of time at build time (compiled/CMakeLists.txt:
-// attnkit-compile --emit-llvm-ir | clang-22 -O3 -march=native -c), linked
+// attnkit-compile --emit=llvm-ir | clang-22 -O3 -march=native -c), linked
 // into the backend and found by the kernel cache before it JITs anything.
 // Which ones: compiled/aot_kernels.inc, read here and by CMake.
 #ifndef ATTNKIT_COMPILED_AOT_H_

@@ -1,7 +1,18 @@
-// attnkit-compile: prints the IR of one pipeline stage for a problem, Toy
+// attnkit-compile: the stage dumper. Builds the attention kernel of one
+// problem and prints it after the pipeline stage `--emit` names, Toy
 // `-emit=` style:
-//   attnkit-compile --stage fused --heads 32 --kv-heads 8 --head-dim 128
+//   --emit=naive       the naive Linalg module (QK^T materialized)
+//   --emit=fused       its FlashAttention form (loop over KV tiles)
+//   --emit=vectorized  bufferized loop + vector code
+//   --emit=llvm        the LLVM dialect
+//   --emit=llvm-ir     LLVM IR (what the build hands clang-22 for the AOT
+//                      kernels; a kernel listed in aot_kernels.inc is named
+//                      by its AOT symbol)
+// e.g.
+//   attnkit-compile --emit=fused --heads 32 --kv-heads 8 --head-dim 128
 //       --mask causal --dtype bf16 --layout tv
+// The stages' names are compiled/pipeline.h's kStageNames. attnkit-opt is
+// the other tool: mlir-opt with our passes, for IR in files.
 // Lengths (--batch --kv-len) are accepted for symmetry with the other
 // subcommands but never change the IR: sequence dims are dynamic. --q-len
 // picks the kernel family (decode below 4 rows), as the backend does.
@@ -28,18 +39,31 @@ namespace cl = llvm::cl;
 using namespace attnkit;
 using namespace attnkit::compiled;
 
-static cl::opt<std::string> stageOpt("stage",
-                                     cl::desc("naive|fused|vectorized|llvm"),
-                                     cl::init("fused"));
+// What --emit accepts: every pipeline stage, then LLVM IR.
+static constexpr llvm::StringLiteral kLlvmIr = "llvm-ir";
+static const std::string emitNames = kStageNames.Names() + "|" + kLlvmIr.str();
+static cl::opt<std::string> emitOpt("emit", cl::desc(emitNames),
+                                    cl::value_desc("stage"), cl::init("fused"));
 static cl::opt<int64_t> heads("heads", cl::desc("query heads"), cl::init(1));
 static cl::opt<int64_t> kvHeads("kv-heads", cl::desc("kv heads (0 = heads)"),
                                 cl::init(0));
 static cl::opt<int64_t> headDim("head-dim", cl::init(64));
-static cl::opt<std::string>
-    maskOpt("mask", cl::desc("none|causal|window:W|bias"), cl::init("none"));
-static cl::opt<std::string> dtypeOpt("dtype", cl::desc("f32|bf16"),
+// The runtime's tables name the values (the window's width is a run-time
+// argument: window:W selects the same kernel as window).
+static const std::string maskNames = [] {
+  std::string names;
+  for (const auto &e : kMaskKindNames)
+    names += (names.empty() ? "" : "|") + std::string(e.name) +
+             (e.value == MaskKind::kWindow ? ":W" : "");
+  return names;
+}();
+static const std::string dtypeNames = kDTypeNames.Names();
+static const std::string layoutNames = kKvLayoutNames.Names();
+static cl::opt<std::string> maskOpt("mask", cl::desc(maskNames),
+                                    cl::init("none"));
+static cl::opt<std::string> dtypeOpt("dtype", cl::desc(dtypeNames),
                                      cl::init("f32"));
-static cl::opt<std::string> layoutOpt("layout", cl::desc("bhsd|bshd|tv"),
+static cl::opt<std::string> layoutOpt("layout", cl::desc(layoutNames),
                                       cl::init("bhsd"));
 static cl::opt<int64_t> batch("batch", cl::desc("ignored by the IR"),
                               cl::init(1));
@@ -55,11 +79,6 @@ static cl::opt<int64_t>
                        "for --q-len: 1 below 4 rows, else 16)"),
               cl::init(16));
 static cl::opt<int64_t> kvTile("kv-tile", cl::init(64));
-static cl::opt<bool>
-    emitLlvmIr("emit-llvm-ir",
-               cl::desc("AOT: lower to LLVM and print LLVM IR (for clang -c) "
-                        "with the kernel named attnkit_aot_<spec key>"),
-               cl::init(false));
 static cl::opt<std::string> outputFile("o", cl::desc("output file"),
                                        cl::init("-"));
 static cl::opt<bool> printKey("print-key",
@@ -76,9 +95,11 @@ int main(int argc, char **argv) {
     llvm::errs() << "attnkit-compile: " << msg << "\n";
     return 2;
   };
-  std::optional<Stage> stage = parseStage(stageOpt);
+  const bool emitLlvmIr = emitOpt == kLlvmIr;
+  std::optional<Stage> stage =
+      emitLlvmIr ? Stage::kLLVM : kStageNames.Parse(emitOpt);
   if (!stage)
-    return fail("unknown --stage " + stageOpt);
+    return fail("--emit=" + emitOpt + ": not " + emitNames);
   int64_t kvh = kvHeads == 0 ? heads : kvHeads;
   if (heads <= 0 || kvh <= 0 || heads % kvh != 0)
     return fail("--heads must be a positive multiple of --kv-heads");
@@ -92,15 +113,15 @@ int main(int argc, char **argv) {
   const std::string maskName = maskArg.substr(0, maskArg.find(':'));
   std::optional<MaskKind> mask = ParseMaskKind(maskName);
   if (!mask || (maskName != maskArg && *mask != MaskKind::kWindow))
-    return fail("unknown --mask " + maskArg);
+    return fail("--mask=" + maskArg + ": not " + maskNames);
   spec.mask = *mask;
   std::optional<DType> dtype = ParseDType(dtypeOpt);
   if (!dtype)
-    return fail("unknown --dtype " + dtypeOpt);
+    return fail("--dtype=" + dtypeOpt + ": not " + dtypeNames);
   spec.elem = *dtype;
   std::optional<KvLayout> layout = ParseKvLayout(layoutOpt);
   if (!layout)
-    return fail("unknown --layout " + layoutOpt);
+    return fail("--layout=" + layoutOpt + ": not " + layoutNames);
   spec.vTransposed = *layout == KvLayout::kTransposedV;
 
   spec.queryTile =
@@ -120,13 +141,11 @@ int main(int argc, char **argv) {
   options.flash.kvTile = kvTile;
   options.printIrAfterAll = printAfterAll;
   if (emitLlvmIr) {
-    // The AOT symbol: the one aot.h gives the spec, which the kernel cache's
-    // registry links against (aot_registry.cc).
-    std::optional<std::string_view> symbol = aotSymbolFor(spec);
-    if (!symbol)
-      return fail(spec.key() + " is not listed in compiled/aot_kernels.inc");
-    module->walk([&](mlir::func::FuncOp fn) { fn.setSymName(*symbol); });
-    *stage = Stage::kLLVM;
+    // A listed kernel is named by its AOT symbol: the one aot.h gives the
+    // spec, which the kernel cache's registry links against
+    // (aot_registry.cc). Any other keeps the builder's name.
+    if (std::optional<std::string_view> symbol = aotSymbolFor(spec))
+      module->walk([&](mlir::func::FuncOp fn) { fn.setSymName(*symbol); });
   }
   if (mlir::failed(lowerToStage(*module, *stage, options)))
     return fail("lowering failed");

@@ -2,8 +2,10 @@
 
 #include "compiled/aot.h"
 #include "compiled/jit.h"
+#include "compiled/pipeline.h"
 #include "harness/test_support.h"
 #include "runtime/accounting.h"
+#include "runtime/enum_table_testing.h"
 #include "runtime/random.h"
 
 #include <gtest/gtest.h>
@@ -422,6 +424,10 @@ TEST(CompiledBackendTest, KernelCacheIsThreadSafe) {
     EXPECT_EQ(k, got[0]);
   ASSERT_NE(got[0], nullptr);
   EXPECT_GT(got[0]->compileMillis(), 0.0);
+}
+
+TEST(PipelineTest, StageTableRoundTrips) {
+  attnkit::testing::ExpectRoundTrip(kStageNames, "Stage");
 }
 
 } // namespace

@@ -16,18 +16,6 @@ using namespace mlir;
 
 namespace attnkit::compiled {
 
-std::optional<Stage> parseStage(llvm::StringRef name) {
-  if (name == "naive")
-    return Stage::kNaive;
-  if (name == "fused")
-    return Stage::kFused;
-  if (name == "vectorized")
-    return Stage::kVectorized;
-  if (name == "llvm")
-    return Stage::kLLVM;
-  return std::nullopt;
-}
-
 namespace {
 
 // No canonicalize before bufferization: it would fold the extract_slice of

@@ -6,6 +6,7 @@
 #include "compiled/passes.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
+#include "runtime/enum_table.h"
 
 #include <optional>
 #include <string>
@@ -14,7 +15,16 @@ namespace attnkit::compiled {
 
 enum class Stage { kNaive, kFused, kVectorized, kLLVM };
 
-std::optional<Stage> parseStage(llvm::StringRef name);
+/// The stages by name, as `attnkit-compile --emit=` spells them: the naive
+/// Linalg module, its flash form, the bufferized loop/vector code, the LLVM
+/// dialect.
+inline constexpr auto kStageNames = MakeEnumTable<Stage>({
+    {Stage::kNaive, "naive"},
+    {Stage::kFused, "fused"},
+    {Stage::kVectorized, "vectorized"},
+    {Stage::kLLVM, "llvm"},
+});
+static_assert(kStageNames.RoundTrips());
 
 struct PipelineOptions {
   FlashAttentionOptions flash;

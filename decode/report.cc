@@ -11,6 +11,7 @@
 #include "backends/registry.h"
 #include "reference/tolerance.h"
 #include "runtime/accounting.h"
+#include "runtime/flags.h"
 #include "runtime/parse.h"
 #include "runtime/stats.h"
 
@@ -180,174 +181,132 @@ DecodeReportOptions DefaultDecodeOptions() {
   return o;
 }
 
-std::string DecodeUsage() {
-  return R"(usage: attnkit decode [flags]
-
-Runs the same decode steps with the naive concatenating KV update
-(naive_concat: allocate len+1, copy the context, append) and with the
-in-place KV cache (in_place), per context length, and prints allocations,
-bytes allocated and copied, append / attention / step time per step and the
-peak heap held. Exit 1 if the in-place path allocates after its first step,
-copies anything but the new tokens, or disagrees with the naive path or the
-f64 oracle.
-
-  --layers N         attention layers (default 4)
-  --batch N          sequences (default 1)
-  --heads N          query heads (default 32)
-  --kv-heads N       K/V heads, divides --heads (default: --heads)
-  --head-dim N       (default 128)
-  --steps N          decode steps per context length (default 8)
-  --start-len L,...  context lengths before the first step
-                     (default 1024,4096,16384)
-  --dtype f32|bf16   storage of q, k, v (default f32)
-  --layout bhsd|bshd|tv
-                     KV cache layout (default bhsd)
-  --backend A,B|all  registered backends, run in turn (default reference)
-  --plugin LIB.so    a kernel loaded through plugin/attnkit_plugin.h (its
-                     append_kv hook, if any, is the in-place KV update being
-                     metered); repeatable; alone, only the plug-ins run
-  --seed N           (default 1)
-  --json FILE        also write the rows as JSON
-)";
-}
-
 namespace {
 
-// Appends b to the backends to run; a name given twice is a flag error.
+// What the flags collect beyond DecodeReportOptions: the backends named by
+// --backend, in order, and the --plugin paths.
+struct DecodeFlagState {
+  std::vector<std::string> selected, plugins;
+};
+
+FlagParser DecodeFlags(DecodeReportOptions& o, DecodeFlagState& st) {
+  FlagParser p(
+      "attnkit decode [flags]",
+      "Runs the same decode steps with the naive concatenating KV update\n"
+      "(naive_concat: allocate len+1, copy the context, append) and with the\n"
+      "in-place KV cache (in_place), per context length, and prints "
+      "allocations,\nbytes allocated and copied, append / attention / step "
+      "time per step and the\npeak heap held. Exit 1 if the in-place path "
+      "allocates after its first step,\ncopies anything but the new tokens, "
+      "or disagrees with the naive path or the\nf64 oracle; 2 on bad usage.");
+  constexpr int64_t kBig = int64_t{1} << 30;
+  DecodeConfig& c = o.config;
+  p.Int64("--layers", &c.layers, 1, 4096, "attention layers (default 4)")
+      .Int64("--batch", &c.batch, 1, 4096, "sequences (default 1)")
+      .Int64("--heads", &c.q_heads, 1, 4096, "query heads (default 32)")
+      .Int64("--kv-heads", &c.kv_heads, 1, 4096,
+             "K/V heads, divides --heads (default: --heads)")
+      .Int64("--head-dim", &c.head_dim, 1, kMaxHeadDim, "(default 128)")
+      .Int64("--steps", &c.steps, 1, kBig,
+             "decode steps per context length (default 8)")
+      .Custom("--start-len", "L,...",
+              "context lengths before the first step\n"
+              "(default 1024,4096,16384)",
+              [&o, kBig](std::string_view value) -> std::string {
+                std::vector<int64_t> lens;
+                std::string_view rest = value;
+                while (true) {
+                  const size_t comma = rest.find(',');
+                  const std::string_view item = rest.substr(0, comma);
+                  const auto v = ParseInt64(item);
+                  if (!v || *v < 0 || *v > kBig) {
+                    return "'" + std::string(item) + "' is not a length in " +
+                           IntegerRange(0, kBig) +
+                           "; expected a comma-separated list such as "
+                           "1024,4096";
+                  }
+                  lens.push_back(*v);
+                  if (comma == std::string_view::npos) break;
+                  rest = rest.substr(comma + 1);
+                }
+                o.start_lens = std::move(lens);
+                return "";
+              })
+      .Enum("--dtype", &c.dtype, kDTypeNames,
+            "storage of q, k, v (default f32)")
+      .Enum("--layout", &c.layout, kKvLayoutNames,
+            "KV cache layout (default bhsd)")
+      .Custom("--backend", "A,B|all",
+              "registered backends, run in turn (default reference)",
+              [&st](std::string_view value) -> std::string {
+                const auto names = backends::RegisteredBackendNames();
+                std::vector<std::string> chosen;
+                if (value == "all") {
+                  chosen = names;
+                } else {
+                  std::string_view rest = value;
+                  while (true) {
+                    const size_t comma = rest.find(',');
+                    const std::string name(rest.substr(0, comma));
+                    if (std::find(names.begin(), names.end(), name) ==
+                        names.end()) {
+                      std::string known;
+                      for (const auto& n : names) {
+                        known += (known.empty() ? "" : ", ") + n;
+                      }
+                      return "'" + name +
+                             "' is not a registered backend (have: " + known +
+                             ", or all)";
+                    }
+                    chosen.push_back(name);
+                    if (comma == std::string_view::npos) break;
+                    rest = rest.substr(comma + 1);
+                  }
+                }
+                for (const std::string& name : chosen) {
+                  if (std::find(st.selected.begin(), st.selected.end(), name) !=
+                      st.selected.end()) {
+                    return "backend '" + name + "' is already in the list";
+                  }
+                  st.selected.push_back(name);
+                }
+                return "";
+              })
+      .Strings("--plugin", &st.plugins, "LIB.so",
+               "a kernel loaded through plugin/attnkit_plugin.h (its\n"
+               "append_kv hook, if any, is the in-place KV update being\n"
+               "metered); repeatable; alone, only the plug-ins run",
+               "needs a file name")
+      .Uint64("--seed", &c.seed, "(default 1)")
+      .NonEmptyString("--json", &o.json_path, "FILE",
+                      "also write the rows as JSON");
+  return p;
+}
+
 }  // namespace
+
+std::string DecodeUsage() {
+  DecodeReportOptions o = DefaultDecodeOptions();
+  DecodeFlagState st;
+  return DecodeFlags(o, st).Usage();
+}
 
 StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
   DecodeReportOptions o = DefaultDecodeOptions();
-  bool kv_heads_set = false;
-  std::vector<std::string> plugins, selected;
-  for (int i = 0; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      o.help = true;
-      continue;
-    }
-    std::string_view flag = arg, value;
-    if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-    } else if (arg.starts_with("--")) {
-      if (i + 1 >= argc) {
-        return Status::InvalidArgument(std::string(flag) + " needs a value");
-      }
-      value = argv[++i];
-    } else {
-      return Status::InvalidArgument("unexpected argument '" +
-                                     std::string(arg) + "'");
-    }
-    auto positive = [&](int64_t& out, int64_t max) -> Status {
-      const auto v = ParseInt64(value);
-      if (!v || *v < 1 || *v > max) {
-        return BadFlag(
-            flag, value,
-            "must be an integer in [1, " + std::to_string(max) + "]");
-      }
-      out = *v;
-      return Status::Ok();
-    };
-    constexpr int64_t kBig = int64_t{1} << 30;
-    if (flag == "--layers") {
-      ATTNKIT_RETURN_IF_ERROR(positive(o.config.layers, 4096));
-    } else if (flag == "--batch") {
-      ATTNKIT_RETURN_IF_ERROR(positive(o.config.batch, 4096));
-    } else if (flag == "--heads") {
-      ATTNKIT_RETURN_IF_ERROR(positive(o.config.q_heads, 4096));
-    } else if (flag == "--kv-heads") {
-      ATTNKIT_RETURN_IF_ERROR(positive(o.config.kv_heads, 4096));
-      kv_heads_set = true;
-    } else if (flag == "--head-dim") {
-      ATTNKIT_RETURN_IF_ERROR(positive(o.config.head_dim, kMaxHeadDim));
-    } else if (flag == "--steps") {
-      ATTNKIT_RETURN_IF_ERROR(positive(o.config.steps, kBig));
-    } else if (flag == "--seed") {
-      const auto v = ParseInt64(value);
-      if (!v || *v < 0) {
-        return BadFlag(flag, value, "must be a non-negative integer");
-      }
-      o.config.seed = static_cast<uint64_t>(*v);
-    } else if (flag == "--start-len") {
-      o.start_lens.clear();
-      std::string_view rest = value;
-      while (true) {
-        const size_t comma = rest.find(',');
-        const std::string_view item = rest.substr(0, comma);
-        const auto v = ParseInt64(item);
-        if (!v || *v < 0 || *v > kBig) {
-          return BadFlag(flag, value,
-                         "'" + std::string(item) +
-                             "' is not a length in [0, 2^30]; expected a "
-                             "comma-separated list such as 1024,4096");
-        }
-        o.start_lens.push_back(*v);
-        if (comma == std::string_view::npos) break;
-        rest = rest.substr(comma + 1);
-      }
-    } else if (flag == "--dtype") {
-      const auto d = ParseDType(value);
-      if (!d) return BadFlag(flag, value, "expected f32 or bf16");
-      o.config.dtype = *d;
-    } else if (flag == "--layout") {
-      const auto l = ParseKvLayout(value);
-      if (!l) return BadFlag(flag, value, "expected bhsd, bshd or tv");
-      o.config.layout = *l;
-    } else if (flag == "--backend") {
-      const auto names = backends::RegisteredBackendNames();
-      std::vector<std::string> chosen;
-      if (value == "all") {
-        chosen = names;
-      } else {
-        std::string_view rest = value;
-        while (true) {
-          const size_t comma = rest.find(',');
-          const std::string name(rest.substr(0, comma));
-          if (std::find(names.begin(), names.end(), name) == names.end()) {
-            std::string known;
-            for (const auto& n : names) {
-              known += (known.empty() ? "" : ", ") + n;
-            }
-            return BadFlag(flag, value,
-                           "'" + name +
-                               "' is not a registered backend (have: " + known +
-                               ", or all)");
-          }
-          chosen.push_back(name);
-          if (comma == std::string_view::npos) break;
-          rest = rest.substr(comma + 1);
-        }
-      }
-      for (const std::string& name : chosen) {
-        if (std::find(selected.begin(), selected.end(), name) !=
-            selected.end()) {
-          return BadFlag(flag, value,
-                         "backend '" + name + "' is already in the list");
-        }
-        selected.push_back(name);
-      }
-    } else if (flag == "--plugin") {
-      if (value.empty()) return BadFlag(flag, value, "needs a file name");
-      plugins.emplace_back(value);
-    } else if (flag == "--json") {
-      if (value.empty()) return BadFlag(flag, value, "needs a file name");
-      o.json_path = std::string(value);
-    } else {
-      return Status::InvalidArgument("unknown flag '" + std::string(flag) +
-                                     "' (see --help)");
-    }
-  }
-  if (!selected.empty() || !plugins.empty()) {
+  DecodeFlagState st;
+  FlagParser flags = DecodeFlags(o, st);
+  ATTNKIT_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  o.help = flags.help();
+  if (!st.selected.empty() || !st.plugins.empty()) {
     // The registry resolves plug-ins for every tool; each is loaded once
     // there, so a bad library is a flag error, and every session then makes
     // its own instance.
-    auto sources = backends::ResolveBackends(plugins);
+    auto sources = backends::ResolveBackends(st.plugins);
     if (!sources.ok()) {
       return Status::InvalidArgument("--" + sources.status().message());
     }
     const size_t registered = backends::RegisteredBackends().size();
-    for (const std::string& name : selected) {
+    for (const std::string& name : st.selected) {
       for (size_t i = 0; i < registered; ++i) {
         if ((*sources)[i].name == name) o.backends.push_back((*sources)[i]);
       }
@@ -360,7 +319,7 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
     o.config.backend = o.backends.front().name;
     o.config.make_backend = o.backends.front().make;
   }
-  if (!kv_heads_set) o.config.kv_heads = o.config.q_heads;
+  if (!flags.Seen("--kv-heads")) o.config.kv_heads = o.config.q_heads;
   if (o.config.q_heads % o.config.kv_heads != 0) {
     return BadFlag(
         "--kv-heads", std::to_string(o.config.kv_heads),

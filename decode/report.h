@@ -42,9 +42,10 @@ struct DecodeReportOptions {
 // 128, MHA, 4 layers), batch 1, f32, 8 steps.
 DecodeReportOptions DefaultDecodeOptions();
 
-// Parses `--flag value` / `--flag=value` (see DecodeUsage). A bad flag or
-// value is INVALID_ARGUMENT naming both, e.g. "--layers=0: must be an integer
-// >= 1".
+// Parses the flags of `attnkit decode` with runtime/flags.h (see
+// DecodeUsage, generated from the same registrations). A bad flag or value is
+// INVALID_ARGUMENT naming both, e.g. "--layers=0: not an integer in [1,
+// 4096]".
 StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv);
 std::string DecodeUsage();
 

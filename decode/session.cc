@@ -38,23 +38,6 @@ uint64_t StepStream(int64_t layers, int64_t step, int64_t layer) {
 
 }  // namespace
 
-std::string_view DecodeModeName(DecodeMode m) {
-  switch (m) {
-    case DecodeMode::kNaiveConcat:
-      return "naive_concat";
-    case DecodeMode::kInPlace:
-      return "in_place";
-  }
-  return "invalid";
-}
-
-std::optional<DecodeMode> ParseDecodeMode(std::string_view s) {
-  for (DecodeMode m : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
-    if (s == DecodeModeName(m)) return m;
-  }
-  return std::nullopt;
-}
-
 Status DecodeConfig::Validate() const {
   auto bad = [](std::string m) {
     return Status::InvalidArgument("decode: " + std::move(m));

@@ -26,6 +26,7 @@
 #include "decode/step.h"
 #include "runtime/accounting.h"
 #include "runtime/backend.h"
+#include "runtime/enum_table.h"
 #include "runtime/kv_cache.h"
 #include "runtime/problem.h"
 #include "runtime/status.h"
@@ -34,8 +35,17 @@
 namespace attnkit::decode {
 
 enum class DecodeMode : uint8_t { kNaiveConcat = 0, kInPlace };
-std::string_view DecodeModeName(DecodeMode m);  // naive_concat | in_place
-std::optional<DecodeMode> ParseDecodeMode(std::string_view s);
+inline constexpr auto kDecodeModeNames = MakeEnumTable<DecodeMode>({
+    {DecodeMode::kNaiveConcat, "naive_concat"},
+    {DecodeMode::kInPlace, "in_place"},
+});
+static_assert(kDecodeModeNames.RoundTrips());
+inline std::string_view DecodeModeName(DecodeMode m) {
+  return kDecodeModeNames.Name(m);
+}
+inline std::optional<DecodeMode> ParseDecodeMode(std::string_view s) {
+  return kDecodeModeNames.Parse(s);
+}
 
 struct DecodeConfig {
   int64_t layers = 1;

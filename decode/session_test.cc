@@ -8,6 +8,7 @@
 
 #include "backends/registry.h"
 #include "reference/oracle.h"
+#include "runtime/enum_table_testing.h"
 
 namespace attnkit::decode {
 namespace {
@@ -217,6 +218,10 @@ TEST(DecodeSessionConfigTest, BadConfigIsNamed) {
   EXPECT_EQ(ParseDecodeMode("in_place"), DecodeMode::kInPlace);
   EXPECT_EQ(ParseDecodeMode("naive_concat"), DecodeMode::kNaiveConcat);
   EXPECT_FALSE(ParseDecodeMode("inplace").has_value());
+}
+
+TEST(DecodeModeTest, TableRoundTrips) {
+  attnkit::testing::ExpectRoundTrip(kDecodeModeNames, "DecodeMode");
 }
 
 }  // namespace

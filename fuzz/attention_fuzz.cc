@@ -37,17 +37,20 @@ Case MakeCase(FuzzedDataProvider& in) {
   p.q_heads = p.kv_heads * in.ConsumeIntegralInRange<int64_t>(1, 8);
   p.head_dim =
       kHeadDims[in.ConsumeIntegralInRange<size_t>(0, std::size(kHeadDims) - 1)];
-  p.mask = static_cast<attnkit::MaskKind>(in.ConsumeIntegralInRange<int>(0, 3));
+  // An index into each enum's table (the byte-to-value mapping of the seed
+  // corpus: the tables list the values in order).
+  auto pick = [&](const auto& table) {
+    return table[in.ConsumeIntegralInRange<size_t>(0, table.size() - 1)].value;
+  };
+  p.mask = pick(attnkit::kMaskKindNames);
   if (p.mask == attnkit::MaskKind::kWindow) {
     p.window = in.ConsumeIntegralInRange<int64_t>(1, 70);
   }
   p.dtype = in.ConsumeBool() ? attnkit::DType::kBF16 : attnkit::DType::kF32;
-  p.layout =
-      static_cast<attnkit::KvLayout>(in.ConsumeIntegralInRange<int>(0, 2));
+  p.layout = pick(attnkit::kKvLayoutNames);
   if (in.ConsumeBool())
     p.scale = in.ConsumeFloatingPointInRange<float>(-4.0f, 4.0f);
-  c.profile = static_cast<attnkit::ValueProfile>(
-      in.ConsumeIntegralInRange<int>(0, attnkit::kNumValueProfiles - 1));
+  c.profile = pick(attnkit::kValueProfileNames);
   c.kv_pad = in.ConsumeIntegralInRange<int64_t>(0, 3);
   c.decode_steps =
       in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(1, 3) : 0;

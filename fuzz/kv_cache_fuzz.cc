@@ -101,8 +101,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   c.head_dim = in.ConsumeIntegralInRange<int64_t>(1, 19);
   c.capacity = in.ConsumeIntegralInRange<int64_t>(1, 24);
   c.dtype = in.ConsumeBool() ? attnkit::DType::kBF16 : attnkit::DType::kF32;
-  c.layout =
-      static_cast<attnkit::KvLayout>(in.ConsumeIntegralInRange<int>(0, 2));
+  c.layout = attnkit::kKvLayoutNames[in.ConsumeIntegralInRange<size_t>(
+                                         0, attnkit::kKvLayoutNames.size() - 1)]
+                 .value;
   auto created = KvCache::Create(c);
   if (!created.ok())
     Fail("valid config rejected: " + created.status().ToString(), c);

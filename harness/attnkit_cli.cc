@@ -23,6 +23,7 @@
 #include "harness/campaign.h"
 #include "harness/report.h"
 #include "runtime/backend.h"
+#include "runtime/flags.h"
 #include "runtime/parse.h"
 
 namespace attnkit {
@@ -30,34 +31,6 @@ namespace {
 
 using harness::CampaignOptions;
 using harness::Tier;
-
-constexpr const char* kUsage =
-    "usage: attnkit check [--tier smoke|default|long] [--seed N]\n"
-    "                     [--cases N | --time-budget SECONDS]\n"
-    "                     [--backends a,b] [--shard i/n] [--json FILE]\n"
-    "                     [--repro CASE] [--plugin lib.so]...\n"
-    "\n"
-    "  --tier         case sizes: smoke (ctest), default (the CI gate), long\n"
-    "                 (contexts up to 32k); default: default\n"
-    "  --seed         campaign seed; the same seed gives the same cases\n"
-    "  --cases        cases to run (default: smoke 300, default 1500, long "
-    "100)\n"
-    "  --time-budget  run cases until this many seconds have passed instead\n"
-    "  --backends     comma-separated backends to check (default: all, plus\n"
-    "                 plug-ins)\n"
-    "  --shard        run shard i of n (0-based); the n shards partition the\n"
-    "                 campaign's cases (default: GTEST_SHARD_INDEX/\n"
-    "                 GTEST_TOTAL_SHARDS when set)\n"
-    "  --json         also write the results as JSON (schema_version 1)\n"
-    "  --repro        replay one case string printed by a failure, exactly\n"
-    "  --plugin       load a kernel through plugin/attnkit_plugin.h "
-    "(repeatable)\n"
-    "After the campaign (not after --repro) the decode-step report runs on a\n"
-    "small configuration (2 layers, 8:2 heads of 64, 8 steps from contexts\n"
-    "256, 1024, 4096) over the same backends; its gate is part of the "
-    "verdict.\n"
-    "Exit status: 0 all passed, 1 a mismatch (or harness error), 2 bad "
-    "usage.\n";
 
 int64_t DefaultCases(Tier t) {
   // Measured with reference + simd + compiled (2-core AMD EPYC Zen 5 family 26,
@@ -78,21 +51,11 @@ int64_t DefaultCases(Tier t) {
 
 struct Flags {
   CampaignOptions campaign;
-  bool cases_given = false;
   std::optional<std::vector<std::string>> backends;
   std::string json_path;
   std::optional<std::string> repro;
   std::vector<std::string> plugins;
 };
-
-// A flag error: "check: --cases=abc: not a non-negative integer".
-int Bad(std::string_view flag, std::string_view value, std::string_view why) {
-  std::fprintf(stderr, "check: %.*s=%.*s: %.*s\n%s",
-               static_cast<int>(flag.size()), flag.data(),
-               static_cast<int>(value.size()), value.data(),
-               static_cast<int>(why.size()), why.data(), kUsage);
-  return 2;
-}
 
 std::vector<std::string> Split(std::string_view s, char sep) {
   std::vector<std::string> out;
@@ -106,107 +69,144 @@ std::vector<std::string> Split(std::string_view s, char sep) {
   return out;
 }
 
-// Returns an exit code on error (after printing), nullopt on success.
-std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
-  bool time_given = false, shard_given = false;
-  for (int i = 0; i < argc; ++i) {
-    std::string_view a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::printf("%s", kUsage);
-      return 0;
-    }
-    std::string flag(a), value;
-    const size_t eq = a.find('=');
-    if (a.starts_with("--") && eq != std::string_view::npos) {
-      flag = std::string(a.substr(0, eq));
-      value = std::string(a.substr(eq + 1));
-    } else {
-      static constexpr std::string_view kKnown[] = {
-          "--tier",  "--seed", "--cases", "--time-budget", "--backends",
-          "--shard", "--json", "--repro", "--plugin"};
-      bool known = false;
-      for (std::string_view k : kKnown) known = known || a == k;
-      if (!known) return Bad(a, "", "unknown flag (see --help)");
-      if (i + 1 >= argc) return Bad(a, "", "missing its value");
-      value = argv[++i];
-    }
-    if (flag == "--tier") {
-      auto t = harness::ParseTier(value);
-      if (!t.ok()) return Bad(flag, value, "not smoke|default|long");
-      f.campaign.tier = *t;
-    } else if (flag == "--seed") {
-      auto n = ParseUint64(value);
-      if (!n) return Bad(flag, value, "not a non-negative integer");
-      f.campaign.seed = *n;
-    } else if (flag == "--cases") {
-      auto n = ParseUint64(value);
-      if (!n || *n > (uint64_t{1} << 40)) {
-        return Bad(flag, value, "not an integer in [0, 2^40]");
-      }
-      f.campaign.cases = static_cast<int64_t>(*n);
-      f.cases_given = true;
-    } else if (flag == "--time-budget") {
-      char* end = nullptr;
-      const double s = std::strtod(value.c_str(), &end);
-      if (value.empty() || end != value.c_str() + value.size() || !(s > 0) ||
-          s > 1e7) {
-        return Bad(flag, value, "not a number of seconds in (0, 1e7]");
-      }
-      f.campaign.time_budget_s = s;
-      time_given = true;
-    } else if (flag == "--backends") {
-      std::vector<std::string> names = Split(value, ',');
-      for (const std::string& n : names) {
-        if (n.empty()) return Bad(flag, value, "has an empty backend name");
-      }
-      f.backends = std::move(names);
-    } else if (flag == "--shard") {
-      const size_t slash = value.find('/');
-      auto i_ = ParseUint64(std::string_view(value).substr(0, slash));
-      auto n_ = slash == std::string::npos
-                    ? std::nullopt
-                    : ParseUint64(std::string_view(value).substr(slash + 1));
-      if (!i_ || !n_ || *n_ < 1 || *i_ >= *n_ || *n_ > (1u << 20)) {
-        return Bad(flag, value, "not i/n with 0 <= i < n");
-      }
-      f.campaign.shard_index = static_cast<int64_t>(*i_);
-      f.campaign.shard_count = static_cast<int64_t>(*n_);
-      shard_given = true;
-    } else if (flag == "--json") {
-      if (value.empty()) return Bad(flag, value, "empty file name");
-      f.json_path = value;
-    } else if (flag == "--repro") {
-      f.repro = value;
-    } else if (flag == "--plugin") {
-      f.plugins.push_back(value);
-    } else {
-      return Bad(flag, value, "unknown flag (see --help)");
-    }
+// "i/n" with 0 <= i < n <= 2^20 into *index, *count.
+bool ParseShard(std::string_view v, int64_t* index, int64_t* count) {
+  const size_t slash = v.find('/');
+  if (slash == std::string_view::npos) return false;
+  const auto i = ParseUint64(v.substr(0, slash));
+  const auto n = ParseUint64(v.substr(slash + 1));
+  if (!i || !n || *n < 1 || *i >= *n || *n > (1u << 20)) return false;
+  *index = static_cast<int64_t>(*i);
+  *count = static_cast<int64_t>(*n);
+  return true;
+}
+
+FlagParser CheckFlags(Flags& f) {
+  FlagParser p(
+      "attnkit check [--tier smoke|default|long] [--seed N]\n"
+      "                     [--cases N | --time-budget SECONDS]\n"
+      "                     [--backends a,b] [--shard i/n] [--json FILE]\n"
+      "                     [--repro CASE] [--plugin lib.so]...",
+      "Checks every registered backend (and plug-in) against the f64 oracle\n"
+      "over a seeded campaign of shapes; prints each failure shrunk, with a\n"
+      "one-line reproducer, then one row per backend.");
+  CampaignOptions& c = f.campaign;
+  p.Enum("--tier", &c.tier, harness::kTierNames,
+         "case sizes: smoke (ctest), default (the CI gate), long\n"
+         "(contexts up to 32k); default: default")
+      .Uint64("--seed", &c.seed,
+              "campaign seed; the same seed gives the same cases")
+      .Custom("--cases", "N",
+              "cases to run (default: smoke 300, default 1500, "
+              "long 100)",
+              [&c](std::string_view v) -> std::string {
+                const auto n = ParseUint64(v);
+                if (!n || *n > (uint64_t{1} << 40)) {
+                  return "not an integer in " +
+                         IntegerRange(0, int64_t{1} << 40);
+                }
+                c.cases = static_cast<int64_t>(*n);
+                return "";
+              })
+      .Custom("--time-budget", "SECONDS",
+              "run cases until this many seconds have passed instead",
+              [&c](std::string_view v) -> std::string {
+                const std::string text(v);
+                char* end = nullptr;
+                const double s = std::strtod(text.c_str(), &end);
+                if (text.empty() || end != text.c_str() + text.size() ||
+                    !(s > 0) || s > 1e7) {
+                  return "not a number of seconds in (0, 1e7]";
+                }
+                c.time_budget_s = s;
+                return "";
+              })
+      .Custom("--backends", "a,b",
+              "comma-separated backends to check (default: all, plus\n"
+              "plug-ins)",
+              [&f](std::string_view v) -> std::string {
+                std::vector<std::string> names = Split(v, ',');
+                for (const std::string& n : names) {
+                  if (n.empty()) return "has an empty backend name";
+                }
+                f.backends = std::move(names);
+                return "";
+              })
+      .Custom("--shard", "i/n",
+              "run shard i of n (0-based); the n shards partition the\n"
+              "campaign's cases (default: GTEST_SHARD_INDEX/\n"
+              "GTEST_TOTAL_SHARDS when set)",
+              [&c](std::string_view v) -> std::string {
+                if (!ParseShard(v, &c.shard_index, &c.shard_count)) {
+                  return "not i/n with 0 <= i < n";
+                }
+                return "";
+              })
+      .NonEmptyString("--json", &f.json_path, "FILE",
+                      "also write the results as JSON (schema_version 1)",
+                      "empty file name")
+      .Custom("--repro", "CASE",
+              "replay one case string printed by a failure, exactly",
+              [&f](std::string_view v) -> std::string {
+                f.repro = std::string(v);
+                return "";
+              })
+      .Strings("--plugin", &f.plugins, "lib.so",
+               "load a kernel through plugin/attnkit_plugin.h (repeatable)",
+               "needs a file name")
+      .Epilogue(
+          "After the campaign (not after --repro) the decode-step report runs "
+          "on a\nsmall configuration (2 layers, 8:2 heads of 64, 8 steps from "
+          "contexts\n256, 1024, 4096) over the same backends; its gate is part "
+          "of the verdict.\nExit status: 0 all passed, 1 a mismatch (or "
+          "harness error), 2 bad usage.\n");
+  return p;
+}
+
+// A flag error: "check: --cases=abc: not an integer in [0, 2^40]", then the
+// usage; exit status 2.
+int Bad(const FlagParser& p, std::string_view message) {
+  std::fprintf(stderr, "check: %.*s\n%s", static_cast<int>(message.size()),
+               message.data(), p.Usage().c_str());
+  return 2;
+}
+int Bad(const FlagParser& p, std::string_view flag, std::string_view value,
+        std::string_view why) {
+  return Bad(p, std::string(flag) + "=" + std::string(value) + ": " +
+                    std::string(why));
+}
+
+// Returns an exit code on error or --help (after printing), nullopt to run.
+std::optional<int> ParseFlags(int argc, char** argv, Flags& f, FlagParser& p) {
+  if (Status s = p.Parse(argc, argv); !s.ok()) return Bad(p, s.message());
+  if (p.help()) {
+    std::printf("%s", p.Usage().c_str());
+    return 0;
   }
-  if (f.cases_given && time_given) {
-    return Bad("--time-budget", std::to_string(f.campaign.time_budget_s),
+  const bool cases_given = p.Seen("--cases");
+  if (cases_given && p.Seen("--time-budget")) {
+    return Bad(p, "--time-budget", std::to_string(f.campaign.time_budget_s),
                "cannot be combined with --cases");
   }
-  if (!f.cases_given) f.campaign.cases = DefaultCases(f.campaign.tier);
+  if (!cases_given) f.campaign.cases = DefaultCases(f.campaign.tier);
   // Test runners that shard by environment (Bazel, gtest-parallel) set
   // these; --shard wins when both are given.
   const char* total = std::getenv("GTEST_TOTAL_SHARDS");
   const char* index = std::getenv("GTEST_SHARD_INDEX");
-  if (!shard_given && total != nullptr && index != nullptr) {
-    auto n = ParseUint64(total), i_ = ParseUint64(index);
-    if (!n || !i_ || *n < 1 || *i_ >= *n || *n > (1u << 20)) {
-      return Bad("GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS",
-                 std::string(index) + "/" + total, "not i/n with 0 <= i < n");
+  if (!p.Seen("--shard") && total != nullptr && index != nullptr) {
+    const std::string shard = std::string(index) + "/" + total;
+    if (!ParseShard(shard, &f.campaign.shard_index, &f.campaign.shard_count)) {
+      return Bad(p, "GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS", shard,
+                 "not i/n with 0 <= i < n");
     }
-    f.campaign.shard_index = static_cast<int64_t>(*i_);
-    f.campaign.shard_count = static_cast<int64_t>(*n);
   }
   return std::nullopt;
 }
 
 int Check(int argc, char** argv) {
   Flags f;
-  if (auto code = ParseFlags(argc, argv, f)) return *code;
+  FlagParser flags = CheckFlags(f);
+  if (auto code = ParseFlags(argc, argv, f, flags)) return *code;
 
   // Backends: the registry, then plug-ins, narrowed by --backends.
   auto sources = backends::ResolveBackends(f.plugins, f.backends);
@@ -216,11 +216,9 @@ int Check(int argc, char** argv) {
       for (const std::string& n : *f.backends) {
         joined += (joined.empty() ? "" : ",") + n;
       }
-      return Bad("--backends", joined, sources.status().message());
+      return Bad(flags, "--backends", joined, sources.status().message());
     }
-    std::fprintf(stderr, "check: --%s\n%s", sources.status().message().c_str(),
-                 kUsage);
-    return 2;
+    return Bad(flags, "--" + sources.status().message());
   }
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Backend*> backends;
@@ -237,10 +235,12 @@ int Check(int argc, char** argv) {
 
   if (f.repro) {
     auto c = harness::ParseCase(*f.repro);
-    if (!c.ok()) return Bad("--repro", *f.repro, c.status().ToString());
+    if (!c.ok()) {
+      return Bad(flags, "--repro", *f.repro, c.status().ToString());
+    }
     auto results = harness::RunCase(*c, backends);
     if (!results.ok()) {
-      return Bad("--repro", *f.repro, results.status().ToString());
+      return Bad(flags, "--repro", *f.repro, results.status().ToString());
     }
     int failures = 0;
     for (const harness::CheckResult& r : *results) {

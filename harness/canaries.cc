@@ -125,34 +125,12 @@ class CanaryBackend final : public Backend {
 
 }  // namespace
 
-std::string_view BugName(Bug b) {
-  switch (b) {
-    case Bug::kNone:
-      return "none";
-    case Bug::kOneElementOff:
-      return "one_element_off";
-    case Bug::kWrongScale:
-      return "wrong_scale";
-    case Bug::kMissingRescale:
-      return "missing_rescale";
-    case Bug::kTailOffByOne:
-      return "tail_off_by_one";
-    case Bug::kWrongGqaMapping:
-      return "wrong_gqa_mapping";
-    case Bug::kCausalShifted:
-      return "causal_shifted";
-    case Bug::kAppendSpill:
-      return "append_spill";
-    case Bug::kBf16Probabilities:
-      return "bf16_probabilities";
-  }
-  return "invalid";
-}
-
 std::vector<Bug> AllBugs() {
-  return {Bug::kOneElementOff, Bug::kWrongScale,       Bug::kMissingRescale,
-          Bug::kTailOffByOne,  Bug::kWrongGqaMapping,  Bug::kCausalShifted,
-          Bug::kAppendSpill,   Bug::kBf16Probabilities};
+  std::vector<Bug> bugs;
+  for (const auto& e : kBugNames) {
+    if (e.value != Bug::kNone) bugs.push_back(e.value);
+  }
+  return bugs;
 }
 
 std::unique_ptr<Backend> MakeCanary(Bug bug) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/enum_table.h"
 
 namespace attnkit::harness {
 
@@ -28,7 +29,19 @@ enum class Bug : uint8_t {
   kBf16Probabilities,  // P rounded to bf16 before P.V (2^-9 relative): a
                        // precision bug, not a logic one
 };
-std::string_view BugName(Bug b);
+inline constexpr auto kBugNames = MakeEnumTable<Bug>({
+    {Bug::kNone, "none"},
+    {Bug::kOneElementOff, "one_element_off"},
+    {Bug::kWrongScale, "wrong_scale"},
+    {Bug::kMissingRescale, "missing_rescale"},
+    {Bug::kTailOffByOne, "tail_off_by_one"},
+    {Bug::kWrongGqaMapping, "wrong_gqa_mapping"},
+    {Bug::kCausalShifted, "causal_shifted"},
+    {Bug::kAppendSpill, "append_spill"},
+    {Bug::kBf16Probabilities, "bf16_probabilities"},
+});
+static_assert(kBugNames.RoundTrips());
+inline std::string_view BugName(Bug b) { return kBugNames.Name(b); }
 std::vector<Bug> AllBugs();  // every planted bug (not kNone)
 
 std::unique_ptr<Backend> MakeCanary(Bug bug);

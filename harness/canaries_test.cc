@@ -6,6 +6,7 @@
 
 #include "harness/runner.h"
 #include "reference/reference.h"
+#include "runtime/enum_table_testing.h"
 
 namespace attnkit::harness {
 namespace {
@@ -57,6 +58,11 @@ TEST(CanaryTest, CorrectImplementationsPass) {
   }
   std::printf("independent flash implementation: worst error/bound %.3f\n",
               worst);
+}
+
+TEST(CanaryTest, TableRoundTripsAndAllBugsIsEveryBugButNone) {
+  attnkit::testing::ExpectRoundTrip(kBugNames, "Bug");
+  EXPECT_EQ(AllBugs().size(), kBugNames.size() - 1);
 }
 
 }  // namespace

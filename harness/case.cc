@@ -215,38 +215,14 @@ void FitToLimits(Case& c, const TierLimits& lim) {
 
 }  // namespace
 
-std::string_view TierName(Tier t) {
-  switch (t) {
-    case Tier::kSmoke:
-      return "smoke";
-    case Tier::kDefault:
-      return "default";
-    case Tier::kLong:
-      return "long";
-  }
-  return "invalid";
-}
-
 StatusOr<Tier> ParseTier(std::string_view s) {
-  for (Tier t : {Tier::kSmoke, Tier::kDefault, Tier::kLong}) {
-    if (s == TierName(t)) return t;
-  }
-  return Status::InvalidArgument("tier=" + std::string(s) +
-                                 " is not smoke|default|long");
+  if (auto t = kTierNames.Parse(s)) return *t;
+  return Status::InvalidArgument(kTierNames.NotOneOf("tier", s));
 }
 
 StatusOr<ValueProfile> ParseValueProfile(std::string_view s) {
-  for (int i = 0; i < kNumValueProfiles; ++i) {
-    const auto v = static_cast<ValueProfile>(i);
-    if (s == ValueProfileName(v)) return v;
-  }
-  std::string known;
-  for (int i = 0; i < kNumValueProfiles; ++i) {
-    if (i) known += "|";
-    known += ValueProfileName(static_cast<ValueProfile>(i));
-  }
-  return Status::InvalidArgument("values=" + std::string(s) + " is not " +
-                                 known);
+  if (auto v = kValueProfileNames.Parse(s)) return *v;
+  return Status::InvalidArgument(kValueProfileNames.NotOneOf("values", s));
 }
 
 std::string Case::ToString() const {
@@ -483,7 +459,7 @@ Case GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
 
   const int vp = static_cast<int>(
       Weighted(r, std::array<int, kNumValueProfiles>{48, 13, 13, 13, 13}));
-  c.profile = static_cast<ValueProfile>(vp);
+  c.profile = kValueProfileNames[static_cast<size_t>(vp)].value;
   if (r.Bernoulli(0.25)) c.kv_pad = r.Range(1, 17);
 
   FitToLimits(c, lim);

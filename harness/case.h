@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/enum_table.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
 #include "runtime/status.h"
@@ -21,7 +22,14 @@ namespace attnkit::harness {
 //           >= 1,000 cases/min (the oracle is O(q*kv*d) scalar f64).
 // long    : adds long contexts (up to 32k keys) and 2k prefills.
 enum class Tier : uint8_t { kSmoke = 0, kDefault, kLong };
-std::string_view TierName(Tier t);
+inline constexpr auto kTierNames = MakeEnumTable<Tier>({
+    {Tier::kSmoke, "smoke"},
+    {Tier::kDefault, "default"},
+    {Tier::kLong, "long"},
+});
+static_assert(kTierNames.RoundTrips());
+inline std::string_view TierName(Tier t) { return kTierNames.Name(t); }
+// INVALID_ARGUMENT "tier=<s> is not smoke|default|long" for another name.
 StatusOr<Tier> ParseTier(std::string_view s);
 
 struct Case {

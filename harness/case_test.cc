@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "runtime/enum_table_testing.h"
+
 namespace attnkit::harness {
 namespace {
 
@@ -169,6 +171,10 @@ TEST(TierTest, ParsesNamesAndRejectsOthers) {
   auto bad = ParseTier("huge");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(), "tier=huge is not smoke|default|long");
+}
+
+TEST(TierTest, TableRoundTrips) {
+  attnkit::testing::ExpectRoundTrip(kTierNames, "Tier");
 }
 
 }  // namespace

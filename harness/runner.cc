@@ -356,26 +356,6 @@ StatusOr<std::vector<CheckResult>> RunDecode(
 
 }  // namespace
 
-std::string_view OutcomeName(Outcome o) {
-  switch (o) {
-    case Outcome::kPass:
-      return "pass";
-    case Outcome::kSkipped:
-      return "skipped";
-    case Outcome::kMismatch:
-      return "mismatch";
-    case Outcome::kNonFinite:
-      return "nonfinite";
-    case Outcome::kKvCache:
-      return "kv_cache";
-    case Outcome::kStrayWrite:
-      return "stray_write";
-    case Outcome::kError:
-      return "error";
-  }
-  return "invalid";
-}
-
 Rng ValueRng(const Case& c) {
   return Rng(c.seed ^ 0x76616c7565730000ull, c.index);  // "values"
 }

@@ -13,6 +13,7 @@
 #include "harness/case.h"
 #include "reference/tolerance.h"
 #include "runtime/backend.h"
+#include "runtime/enum_table.h"
 #include "runtime/status.h"
 
 namespace attnkit::harness {
@@ -31,7 +32,17 @@ enum class Outcome : uint8_t {
   kStrayWrite,  // wrote output rows past q_lens[b] (or cache past the end)
   kError,       // returned an error (or threw) on a supported problem
 };
-std::string_view OutcomeName(Outcome o);
+inline constexpr auto kOutcomeNames = MakeEnumTable<Outcome>({
+    {Outcome::kPass, "pass"},
+    {Outcome::kSkipped, "skipped"},
+    {Outcome::kMismatch, "mismatch"},
+    {Outcome::kNonFinite, "nonfinite"},
+    {Outcome::kKvCache, "kv_cache"},
+    {Outcome::kStrayWrite, "stray_write"},
+    {Outcome::kError, "error"},
+});
+static_assert(kOutcomeNames.RoundTrips());
+inline std::string_view OutcomeName(Outcome o) { return kOutcomeNames.Name(o); }
 
 struct CheckResult {
   std::string backend;

@@ -9,6 +9,7 @@
 #include "harness/canaries.h"
 #include "harness/test_support.h"
 #include "reference/reference.h"
+#include "runtime/enum_table_testing.h"
 
 namespace attnkit::harness {
 namespace {
@@ -235,6 +236,10 @@ TEST(RunnerTest, ValuesAreReproducibleFromTheCase) {
   EXPECT_EQ(a.outcome, Outcome::kMismatch);
   EXPECT_EQ(a.error.max_abs, b.error.max_abs);
   EXPECT_EQ(a.error.mean_abs, b.error.mean_abs);
+}
+
+TEST(OutcomeTest, TableRoundTrips) {
+  attnkit::testing::ExpectRoundTrip(kOutcomeNames, "Outcome");
 }
 
 }  // namespace

@@ -9,26 +9,62 @@
 
 #include "plugin/attnkit_plugin.h"
 #include "runtime/accounting.h"
+#include "runtime/enum_table.h"
+#include "runtime/problem.h"
 
 namespace attnkit::plugin {
 namespace {
 
 // The C ABI's values are the C++ enums' values: the loader passes them
-// through with a cast, so these tie every ATTNKIT_PLUGIN_* constant to its
-// enumerator (a reordered enum fails to compile instead of mislabelling
-// problems).
-static_assert(ATTNKIT_PLUGIN_F32 == static_cast<int>(DType::kF32));
-static_assert(ATTNKIT_PLUGIN_BF16 == static_cast<int>(DType::kBF16));
-static_assert(ATTNKIT_PLUGIN_MASK_NONE == static_cast<int>(MaskKind::kNone));
-static_assert(ATTNKIT_PLUGIN_MASK_CAUSAL ==
-              static_cast<int>(MaskKind::kCausal));
-static_assert(ATTNKIT_PLUGIN_MASK_WINDOW ==
-              static_cast<int>(MaskKind::kWindow));
-static_assert(ATTNKIT_PLUGIN_MASK_BIAS == static_cast<int>(MaskKind::kBias));
-static_assert(ATTNKIT_PLUGIN_LAYOUT_BHSD == static_cast<int>(KvLayout::kBHSD));
-static_assert(ATTNKIT_PLUGIN_LAYOUT_BSHD == static_cast<int>(KvLayout::kBSHD));
-static_assert(ATTNKIT_PLUGIN_LAYOUT_TRANSPOSED_V ==
-              static_cast<int>(KvLayout::kTransposedV));
+// through with a cast. Each ATTNKIT_PLUGIN_* constant is listed here under
+// the name of the C++ enumerator it stands for, and MatchesByName ties the
+// two tables together (a reordered or extended enum fails to compile
+// instead of mislabelling problems).
+constexpr auto kPluginDTypes = MakeEnumTable<attnkit_plugin_dtype>({
+    {ATTNKIT_PLUGIN_F32, "f32"},
+    {ATTNKIT_PLUGIN_BF16, "bf16"},
+});
+constexpr auto kPluginMasks = MakeEnumTable<attnkit_plugin_mask>({
+    {ATTNKIT_PLUGIN_MASK_NONE, "none"},
+    {ATTNKIT_PLUGIN_MASK_CAUSAL, "causal"},
+    {ATTNKIT_PLUGIN_MASK_WINDOW, "window"},
+    {ATTNKIT_PLUGIN_MASK_BIAS, "bias"},
+});
+constexpr auto kPluginLayouts = MakeEnumTable<attnkit_plugin_layout>({
+    {ATTNKIT_PLUGIN_LAYOUT_BHSD, "bhsd"},
+    {ATTNKIT_PLUGIN_LAYOUT_BSHD, "bshd"},
+    {ATTNKIT_PLUGIN_LAYOUT_TRANSPOSED_V, "tv"},
+});
+// Each status a plug-in returns, by the StatusCode it becomes.
+constexpr auto kPluginStatusCodes = MakeEnumTable<attnkit_plugin_status>({
+    {ATTNKIT_PLUGIN_OK, "OK"},
+    {ATTNKIT_PLUGIN_UNSUPPORTED, "UNIMPLEMENTED"},
+    {ATTNKIT_PLUGIN_INVALID_ARGUMENT, "INVALID_ARGUMENT"},
+    {ATTNKIT_PLUGIN_INTERNAL, "INTERNAL"},
+});
+
+// Both tables have the same entries, a C constant and the C++ enumerator of
+// its name having the same value.
+template <typename C, typename Cpp, size_t N, size_t M>
+constexpr bool MatchesByName(const EnumTable<C, N>& c,
+                             const EnumTable<Cpp, M>& cpp) {
+  if (N != M || !c.RoundTrips()) return false;
+  for (const auto& e : c) {
+    const auto v = cpp.Parse(e.name);
+    if (!v || static_cast<int>(*v) != static_cast<int>(e.value)) return false;
+  }
+  return true;
+}
+static_assert(MatchesByName(kPluginDTypes, kDTypeNames));
+static_assert(MatchesByName(kPluginMasks, kMaskKindNames));
+static_assert(MatchesByName(kPluginLayouts, kKvLayoutNames));
+static_assert(kPluginStatusCodes.RoundTrips());
+static_assert([] {
+  for (const auto& e : kPluginStatusCodes) {
+    if (!kStatusCodeNames.Parse(e.name)) return false;
+  }
+  return true;
+}());
 
 // Enough for any sensible message; the plug-in truncates to fit.
 constexpr size_t kErrorCapacity = 1024;
@@ -72,17 +108,9 @@ Status FromC(attnkit_plugin_status s, std::string_view what,
   // Every decode step passes through here: the OK path must not allocate
   // (the message is built only for an error).
   if (s == ATTNKIT_PLUGIN_OK) return Status::Ok();
-  std::string msg = "plugin " + name + ": " + std::string(what) + ": " +
-                    (error[0] != '\0' ? error : "(no message)");
-  switch (s) {
-    case ATTNKIT_PLUGIN_OK:
-      break;
-    case ATTNKIT_PLUGIN_UNSUPPORTED:
-      return Status::Unimplemented(std::move(msg));
-    case ATTNKIT_PLUGIN_INVALID_ARGUMENT:
-      return Status::InvalidArgument(std::move(msg));
-    case ATTNKIT_PLUGIN_INTERNAL:
-      return Status::Internal(std::move(msg));
+  if (const auto code = kStatusCodeNames.Parse(kPluginStatusCodes.Name(s))) {
+    return Status(*code, "plugin " + name + ": " + std::string(what) + ": " +
+                             (error[0] != '\0' ? error : "(no message)"));
   }
   return Status::Internal(
       "plugin " + name + ": " + std::string(what) + " returned status " +

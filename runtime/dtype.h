@@ -8,13 +8,22 @@
 #include <optional>
 #include <string_view>
 
+#include "runtime/enum_table.h"
+
 namespace attnkit {
 
 enum class DType : uint8_t { kF32 = 0, kBF16 = 1 };
 
 constexpr int64_t DTypeSize(DType t) { return t == DType::kBF16 ? 2 : 4; }
-std::string_view DTypeName(DType t);  // "f32" | "bf16"
-std::optional<DType> ParseDType(std::string_view s);
+inline constexpr auto kDTypeNames = MakeEnumTable<DType>({
+    {DType::kF32, "f32"},
+    {DType::kBF16, "bf16"},
+});
+static_assert(kDTypeNames.RoundTrips());
+inline std::string_view DTypeName(DType t) { return kDTypeNames.Name(t); }
+inline std::optional<DType> ParseDType(std::string_view s) {
+  return kDTypeNames.Parse(s);
+}
 
 // bfloat16: the top 16 bits of an IEEE f32. Conversion from f32 rounds to
 // nearest, ties to even; NaNs stay NaN (quiet bit forced so truncation can

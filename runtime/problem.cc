@@ -39,64 +39,6 @@ std::optional<int64_t> CheckedProduct(std::initializer_list<int64_t> xs) {
 
 }  // namespace
 
-std::string_view DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "f32";
-    case DType::kBF16:
-      return "bf16";
-  }
-  return "invalid";
-}
-
-std::optional<DType> ParseDType(std::string_view s) {
-  if (s == "f32") return DType::kF32;
-  if (s == "bf16") return DType::kBF16;
-  return std::nullopt;
-}
-
-std::string_view MaskKindName(MaskKind m) {
-  switch (m) {
-    case MaskKind::kNone:
-      return "none";
-    case MaskKind::kCausal:
-      return "causal";
-    case MaskKind::kWindow:
-      return "window";
-    case MaskKind::kBias:
-      return "bias";
-  }
-  return "invalid";
-}
-
-std::string_view KvLayoutName(KvLayout l) {
-  switch (l) {
-    case KvLayout::kBHSD:
-      return "bhsd";
-    case KvLayout::kBSHD:
-      return "bshd";
-    case KvLayout::kTransposedV:
-      return "tv";
-  }
-  return "invalid";
-}
-
-std::optional<MaskKind> ParseMaskKind(std::string_view s) {
-  for (MaskKind m : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
-                     MaskKind::kBias}) {
-    if (s == MaskKindName(m)) return m;
-  }
-  return std::nullopt;
-}
-
-std::optional<KvLayout> ParseKvLayout(std::string_view s) {
-  for (KvLayout l :
-       {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
-    if (s == KvLayoutName(l)) return l;
-  }
-  return std::nullopt;
-}
-
 Status AttentionProblem::Validate() const {
   auto bad = [](std::string m) {
     return Status::InvalidArgument(std::move(m));
@@ -135,16 +77,15 @@ Status AttentionProblem::Validate() const {
                  " must be >= 0");
     }
   }
-  if (static_cast<uint8_t>(mask) > static_cast<uint8_t>(MaskKind::kBias)) {
+  if (!kMaskKindNames.IsValid(mask)) {
     return bad("mask=" + std::to_string(static_cast<int>(mask)) +
                " is not a MaskKind");
   }
-  if (static_cast<uint8_t>(dtype) > static_cast<uint8_t>(DType::kBF16)) {
+  if (!kDTypeNames.IsValid(dtype)) {
     return bad("dtype=" + std::to_string(static_cast<int>(dtype)) +
                " is not a DType");
   }
-  if (static_cast<uint8_t>(layout) >
-      static_cast<uint8_t>(KvLayout::kTransposedV)) {
+  if (!kKvLayoutNames.IsValid(layout)) {
     return bad("layout=" + std::to_string(static_cast<int>(layout)) +
                " is not a KvLayout");
   }
@@ -336,7 +277,15 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
     } else if (key == "mask") {
       const size_t colon = val.find(':');
       auto m = ParseMaskKind(val.substr(0, colon));
-      if (!m) return bad("mask=" + vs + " is not none|causal|window:W|bias");
+      if (!m) {
+        // The table's names, the window's with its width: none|causal|...
+        std::string names;
+        for (const auto& e : kMaskKindNames) {
+          names += (names.empty() ? "" : "|") + std::string(e.name) +
+                   (e.value == MaskKind::kWindow ? ":W" : "");
+        }
+        return bad("mask=" + vs + " is not " + names);
+      }
       p.mask = *m;
       if (colon != std::string_view::npos) {
         auto w = ParseInt64(val.substr(colon + 1));
@@ -352,11 +301,11 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
       p.scale = f;
     } else if (key == "dtype") {
       auto d = ParseDType(val);
-      if (!d) return bad("dtype=" + vs + " is not f32|bf16");
+      if (!d) return bad(kDTypeNames.NotOneOf("dtype", vs));
       p.dtype = *d;
     } else if (key == "layout") {
       auto l = ParseKvLayout(val);
-      if (!l) return bad("layout=" + vs + " is not bhsd|bshd|tv");
+      if (!l) return bad(kKvLayoutNames.NotOneOf("layout", vs));
       p.layout = *l;
     } else {
       return bad("unknown key '" + ks + "'");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/enum_table.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
 
@@ -35,10 +36,32 @@ enum class MaskKind : uint8_t { kNone = 0, kCausal, kWindow, kBias };
 //                  contiguously along the sequence.
 enum class KvLayout : uint8_t { kBHSD = 0, kBSHD, kTransposedV };
 
-std::string_view MaskKindName(MaskKind m);  // none|causal|window|bias
-std::string_view KvLayoutName(KvLayout l);  // bhsd|bshd|tv
-std::optional<MaskKind> ParseMaskKind(std::string_view s);
-std::optional<KvLayout> ParseKvLayout(std::string_view s);
+inline constexpr auto kMaskKindNames = MakeEnumTable<MaskKind>({
+    {MaskKind::kNone, "none"},
+    {MaskKind::kCausal, "causal"},
+    {MaskKind::kWindow, "window"},
+    {MaskKind::kBias, "bias"},
+});
+static_assert(kMaskKindNames.RoundTrips());
+inline constexpr auto kKvLayoutNames = MakeEnumTable<KvLayout>({
+    {KvLayout::kBHSD, "bhsd"},
+    {KvLayout::kBSHD, "bshd"},
+    {KvLayout::kTransposedV, "tv"},
+});
+static_assert(kKvLayoutNames.RoundTrips());
+
+inline std::string_view MaskKindName(MaskKind m) {
+  return kMaskKindNames.Name(m);
+}
+inline std::string_view KvLayoutName(KvLayout l) {
+  return kKvLayoutNames.Name(l);
+}
+inline std::optional<MaskKind> ParseMaskKind(std::string_view s) {
+  return kMaskKindNames.Parse(s);
+}
+inline std::optional<KvLayout> ParseKvLayout(std::string_view s) {
+  return kKvLayoutNames.Parse(s);
+}
 
 inline constexpr int64_t kMaxHeadDim = 1024;
 // Logits scale * q.k must stay finite in f32 (< 3.4e38): with |q|, |k| = O(1)

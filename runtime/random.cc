@@ -69,22 +69,6 @@ float Rng::Normal() {
          std::cos(2.0f * std::numbers::pi_v<float> * u2);
 }
 
-std::string_view ValueProfileName(ValueProfile v) {
-  switch (v) {
-    case ValueProfile::kNormal:
-      return "normal";
-    case ValueProfile::kHugeLogits:
-      return "huge_logits";
-    case ValueProfile::kConstantRows:
-      return "constant_rows";
-    case ValueProfile::kTiny:
-      return "tiny";
-    case ValueProfile::kDominantKey:
-      return "dominant_key";
-  }
-  return "invalid";
-}
-
 void FillNormal(const TensorView& t, Rng& rng, float stddev) {
   ForEach(t, [&](int64_t a, int64_t b, int64_t c, int64_t d) {
     t.Store(a, b, c, d, stddev * rng.Normal());

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "runtime/enum_table.h"
 #include "runtime/problem.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
@@ -48,8 +49,19 @@ enum class ValueProfile : uint8_t {
   kDominantKey,   // one key per sequence aligned with every query: one
                   // probability ~1, the rest underflow to 0
 };
-inline constexpr int kNumValueProfiles = 5;
-std::string_view ValueProfileName(ValueProfile v);
+inline constexpr auto kValueProfileNames = MakeEnumTable<ValueProfile>({
+    {ValueProfile::kNormal, "normal"},
+    {ValueProfile::kHugeLogits, "huge_logits"},
+    {ValueProfile::kConstantRows, "constant_rows"},
+    {ValueProfile::kTiny, "tiny"},
+    {ValueProfile::kDominantKey, "dominant_key"},
+});
+static_assert(kValueProfileNames.RoundTrips());
+inline constexpr int kNumValueProfiles =
+    static_cast<int>(kValueProfileNames.size());
+inline std::string_view ValueProfileName(ValueProfile v) {
+  return kValueProfileNames.Name(v);
+}
 
 // Owns q, k, v, (bias), out for one problem, laid out per problem.layout,
 // with extents equal to the longest lengths (or kv_capacity when larger).

@@ -11,6 +11,8 @@
 #include <utility>
 #include <variant>
 
+#include "runtime/enum_table.h"
+
 namespace attnkit {
 
 enum class StatusCode {
@@ -24,7 +26,20 @@ enum class StatusCode {
   kInternal,
 };
 
-std::string_view StatusCodeName(StatusCode code);
+inline constexpr auto kStatusCodeNames = MakeEnumTable<StatusCode>({
+    {StatusCode::kOk, "OK"},
+    {StatusCode::kInvalidArgument, "INVALID_ARGUMENT"},
+    {StatusCode::kOutOfRange, "OUT_OF_RANGE"},
+    {StatusCode::kFailedPrecondition, "FAILED_PRECONDITION"},
+    {StatusCode::kResourceExhausted, "RESOURCE_EXHAUSTED"},
+    {StatusCode::kUnimplemented, "UNIMPLEMENTED"},
+    {StatusCode::kNotFound, "NOT_FOUND"},
+    {StatusCode::kInternal, "INTERNAL"},
+});
+static_assert(kStatusCodeNames.RoundTrips());
+inline std::string_view StatusCodeName(StatusCode code) {
+  return kStatusCodeNames.Name(code);
+}
 
 class [[nodiscard]] Status {
  public:

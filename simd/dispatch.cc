@@ -6,20 +6,6 @@
 
 namespace attnkit::simd {
 
-std::string_view IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar:
-      return "scalar";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-    case Isa::kAvx512Bf16:
-      return "avx512bf16";
-  }
-  return "invalid";
-}
-
 namespace internal {
 
 WorkspaceLayout ComputeLayout(int64_t head_dim) {

@@ -12,13 +12,21 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/enum_table.h"
 
 namespace attnkit::simd {
 
 // The kernel families, best last. kAvx512Bf16 is AVX-512 plus vdpbf16ps for
 // the QK^T dot products of bf16 storage.
 enum class Isa : uint8_t { kScalar = 0, kAvx2, kAvx512, kAvx512Bf16 };
-std::string_view IsaName(Isa isa);  // scalar|avx2|avx512|avx512bf16
+inline constexpr auto kIsaNames = MakeEnumTable<Isa>({
+    {Isa::kScalar, "scalar"},
+    {Isa::kAvx2, "avx2"},
+    {Isa::kAvx512, "avx512"},
+    {Isa::kAvx512Bf16, "avx512bf16"},
+});
+static_assert(kIsaNames.RoundTrips());
+inline std::string_view IsaName(Isa isa) { return kIsaNames.Name(isa); }
 
 // Every ISA this CPU can run, scalar first.
 std::vector<Isa> AvailableIsas();

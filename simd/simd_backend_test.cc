@@ -15,6 +15,7 @@
 
 #include "harness/test_support.h"
 #include "runtime/backend.h"
+#include "runtime/enum_table_testing.h"
 #include "runtime/random.h"
 
 // GCC pairs the replaced operator new with free() below and warns; the pair
@@ -449,6 +450,10 @@ TEST(SimdAppendTest, OverflowIsOutOfRangeAndWritesNothing) {
       {kc.view, vc.view, nk.view, nv.view, pos, lens});
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.ToString();
   for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(kc.view.Load(0, 0, j, 0), 0.0f);
+}
+
+TEST(SimdTest, IsaTableRoundTrips) {
+  attnkit::testing::ExpectRoundTrip(kIsaNames, "Isa");
 }
 
 }  // namespace

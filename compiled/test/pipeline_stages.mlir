@@ -1,10 +1,10 @@
 // Every stage is dumpable, and the bufferized code allocates nothing on the
 // heap and nothing inside a loop: the tiles become allocas at function entry.
-// RUN: attnkit-compile --stage naive --heads 8 --kv-heads 2 --head-dim 128 --mask window:64 --dtype bf16 --layout bshd | FileCheck %s --check-prefix=NAIVE
-// RUN: attnkit-compile --stage fused --heads 8 --kv-heads 2 --head-dim 128 --mask window:64 | FileCheck %s --check-prefix=FUSED
-// RUN: attnkit-compile --stage vectorized --heads 8 --kv-heads 2 --head-dim 128 --mask causal | FileCheck %s --check-prefix=VEC
-// RUN: attnkit-compile --stage vectorized --heads 8 --kv-heads 2 --head-dim 128 --q-len 1 --mask causal --dtype bf16 | FileCheck %s --check-prefix=DECODE
-// RUN: attnkit-compile --stage llvm --head-dim 64 --mask none | FileCheck %s --check-prefix=LLVM
+// RUN: attnkit-compile --emit=naive --heads 8 --kv-heads 2 --head-dim 128 --mask window:64 --dtype bf16 --layout bshd | FileCheck %s --check-prefix=NAIVE
+// RUN: attnkit-compile --emit=fused --heads 8 --kv-heads 2 --head-dim 128 --mask window:64 | FileCheck %s --check-prefix=FUSED
+// RUN: attnkit-compile --emit=vectorized --heads 8 --kv-heads 2 --head-dim 128 --mask causal | FileCheck %s --check-prefix=VEC
+// RUN: attnkit-compile --emit=vectorized --heads 8 --kv-heads 2 --head-dim 128 --q-len 1 --mask causal --dtype bf16 | FileCheck %s --check-prefix=DECODE
+// RUN: attnkit-compile --emit=llvm --head-dim 64 --mask none | FileCheck %s --check-prefix=LLVM
 
 // NAIVE: func.func @attention(%arg0: memref<4x?x128xbf16
 // NAIVE: iterator_types = ["parallel", "parallel", "parallel", "reduction"]

@@ -1,0 +1,46 @@
+# The one lit configuration of every suite (harness/test, decode/test,
+# bench/test, compiled/test): each folder's CMakeLists calls
+# attnkit_lit_suite(), which writes the suite's lit.site.cfg.py (paths of
+# this build) and adds one ctest, <name>_lit, running it.
+#
+# RUN lines name the build's tools bare (attnkit_cli, attnkit_decode,
+# attnkit_bench, attnkit_bench_tool, attnkit-compile, attnkit-opt; each is
+# substituted with its target's file) and see LLVM's on PATH (FileCheck,
+# not), and these substitutions:
+#   %expect-exit N   run the rest of the line, pass its output through, and
+#                    fail unless it exited with status N (tools/lit/expect_exit.py)
+#   %example_plugin, %example_plugin_<variant>
+#                    the example plug-in (plugin/example/) and its variants
+import os
+import re
+import sys
+
+import lit.formats
+
+config.name = config.attnkit_suite_name
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".test", ".mlir"]
+config.test_source_root = config.attnkit_suite_source_dir
+config.test_exec_root = config.attnkit_suite_exec_dir
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in"]
+
+config.environment["PATH"] = os.pathsep.join(
+    [config.llvm_tools_dir, config.environment.get("PATH", "")])
+# The build's tools (attnkit_cli, attnkit_decode, ...): a bare name in a RUN
+# line becomes that target's file (not a path search, which a stale binary
+# elsewhere in the build tree could win). Not inside a path or a longer name.
+lit_config.load_config(config, config.attnkit_tools_file)
+for name, path in sorted(config.attnkit_tools.items(), reverse=True):
+    config.substitutions.append(
+        (r"(?<![\w./-])" + re.escape(name) + r"(?![\w.-])", path))
+# The check's sharding falls back to these; a test sets them explicitly.
+for var in ("GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS"):
+    config.environment.pop(var, None)
+
+config.substitutions.append(
+    ("%expect-exit",
+     '"%s" "%s"' % (sys.executable,
+                    os.path.join(os.path.dirname(__file__), "expect_exit.py"))))
+for name, path in sorted(config.attnkit_plugins.items(), reverse=True):
+    # Longest first: %example_plugin is a prefix of its variants.
+    config.substitutions.append(("%" + name, path))
