@@ -59,6 +59,29 @@ TEST(PluginTest, UnsupportedProblemsAreSkippedWithThePluginsReason) {
             "exceeds 64");
 }
 
+// A message that fills the whole buffer without a NUL is read up to the
+// capacity the plug-in was given, never past it, and control characters
+// (a terminal escape sequence) reach the report escaped.
+TEST(PluginTest, AnUnterminatedEscapeLadenMessageIsBoundedAndSanitized) {
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  AttentionProblem p;
+  p.head_dim = 128;
+  const Status s = (*b)->Supports(p);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  const std::string& m = s.message();
+  const std::string head =
+      "plugin example_unterminated_message: supports: \\x1b[31mredAAA";
+  EXPECT_EQ(m.rfind(head, 0), 0u) << m;
+  // Every byte after the 8 the plug-in wrote first is one of its 'A's:
+  // 1023 given, the last byte of the buffer stays the NUL.
+  EXPECT_EQ(m.size(), head.size() - 3 + (1023 - 8)) << m.substr(0, 80);
+  EXPECT_EQ(m.find_first_not_of('A', head.size()), std::string::npos);
+  for (char ch : m) {
+    EXPECT_TRUE(ch >= 0x20 && ch < 0x7f) << static_cast<int>(ch);
+  }
+}
+
 TEST(PluginTest, AMissingFileIsNotFound) {
   auto b = plugin::LoadPlugin("/nonexistent/libnothing.so");
   ASSERT_FALSE(b.ok());

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 
@@ -66,8 +67,33 @@ static_assert([] {
   return true;
 }());
 
-// Enough for any sensible message; the plug-in truncates to fit.
+// Enough for any sensible message; the plug-in truncates to fit. It is told
+// one byte less than the buffer holds, so the last byte stays the NUL even
+// when it fills every byte it was given without terminating.
 constexpr size_t kErrorCapacity = 1024;
+constexpr size_t kErrorGiven = kErrorCapacity - 1;
+
+// The plug-in's message, read up to the capacity it was given and made safe
+// to print and to put in JSON: bytes outside printable ASCII (control
+// characters, terminal escape sequences, stray bytes) become \xNN.
+std::string PluginMessage(const char* error) {
+  const size_t n = strnlen(error, kErrorGiven);
+  if (n == 0) return "(no message)";
+  std::string out;
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(error[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
 
 struct LibraryCloser {
   void operator()(void* handle) const {
@@ -110,7 +136,7 @@ Status FromC(attnkit_plugin_status s, std::string_view what,
   if (s == ATTNKIT_PLUGIN_OK) return Status::Ok();
   if (const auto code = kStatusCodeNames.Parse(kPluginStatusCodes.Name(s))) {
     return Status(*code, "plugin " + name + ": " + std::string(what) + ": " +
-                             (error[0] != '\0' ? error : "(no message)"));
+                             PluginMessage(error));
   }
   return Status::Internal(
       "plugin " + name + ": " + std::string(what) + " returned status " +
@@ -145,7 +171,7 @@ class PluginBackend final : public Backend {
     if (table_->supports == nullptr) return Status::Ok();
     char error[kErrorCapacity] = {};
     const attnkit_plugin_problem cp = ToC(p);
-    return FromC(table_->supports(instance_, &cp, error, sizeof(error)),
+    return FromC(table_->supports(instance_, &cp, error, kErrorGiven),
                  "supports", name_, error);
   }
 
@@ -156,7 +182,7 @@ class PluginBackend final : public Backend {
     const attnkit_plugin_problem cp = ToC(p);
     const attnkit_plugin_attention_args ca{
         ToC(args.q), ToC(args.k), ToC(args.v), ToC(args.bias), ToC(args.out)};
-    return FromC(table_->attention(instance_, &cp, &ca, error, sizeof(error)),
+    return FromC(table_->attention(instance_, &cp, &ca, error, kErrorGiven),
                  "attention", name_, error);
   }
 
@@ -171,7 +197,7 @@ class PluginBackend final : public Backend {
         ToC(a.k_cache), ToC(a.v_cache),     ToC(a.new_k),
         ToC(a.new_v),   a.positions.data(), a.new_lens.data()};
     ATTNKIT_RETURN_IF_ERROR(
-        FromC(append_kv_(instance_, &ca, error, sizeof(error)), "append_kv",
+        FromC(append_kv_(instance_, &ca, error, kErrorGiven), "append_kv",
               name_, error));
     accounting::RecordCopy(AppendedBytes(a));
     return Status::Ok();
@@ -249,10 +275,9 @@ StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path) {
                                    "' is not [a-z0-9_]{1,64}");
   }
   char error[kErrorCapacity] = {};
-  void* instance = t->create(error, sizeof(error));
+  void* instance = t->create(error, kErrorGiven);
   if (instance == nullptr) {
-    return Status::Internal(
-        at + ": create() failed: " + (error[0] ? error : "(no message)"));
+    return Status::Internal(at + ": create() failed: " + PluginMessage(error));
   }
   return std::unique_ptr<Backend>(
       std::make_unique<PluginBackend>(std::move(lib), t, instance));

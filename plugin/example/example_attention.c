@@ -11,7 +11,9 @@
  * makes supports() and append_kv reject larger head dims (the harness must
  * skip them), EXAMPLE_PLUGIN_NO_ENTRY exports the table under another name,
  * EXAMPLE_PLUGIN_TABLE_SIZE claims a shorter table (the loader must not read
- * past it), EXAMPLE_PLUGIN_APPEND_BUG plants a bug in the append.
+ * past it), EXAMPLE_PLUGIN_APPEND_BUG plants a bug in the append,
+ * EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE declines with a message that fills its
+ * buffer without a NUL and starts with a terminal escape sequence.
  */
 #include <math.h>
 #include <stdint.h>
@@ -85,8 +87,16 @@ static attnkit_plugin_status example_supports(void* instance,
                                               size_t error_capacity) {
   (void)instance;
   if (p->head_dim > EXAMPLE_PLUGIN_HEAD_DIM_MAX) {
+#ifdef EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE
+    /* A hostile message: a terminal escape sequence, then every byte it was
+     * given filled, no NUL. */
+    static const char kRed[] = "\x1b[31mred";
+    memset(error, 'A', error_capacity);
+    memcpy(error, kRed, error_capacity < 8 ? error_capacity : 8);
+#else
     snprintf(error, error_capacity, "head_dim=%lld exceeds %d",
              (long long)p->head_dim, EXAMPLE_PLUGIN_HEAD_DIM_MAX);
+#endif
     return ATTNKIT_PLUGIN_UNSUPPORTED;
   }
   return ATTNKIT_PLUGIN_OK;
