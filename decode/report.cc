@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -12,7 +13,9 @@
 #include "reference/tolerance.h"
 #include "runtime/accounting.h"
 #include "runtime/flags.h"
+#include "runtime/interrupt.h"
 #include "runtime/parse.h"
+#include "runtime/report_file.h"
 #include "runtime/stats.h"
 
 namespace attnkit::decode {
@@ -345,6 +348,10 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
   }
   for (const DecodeBackend& backend : runs) {
     for (const int64_t len : options.start_lens) {
+      if (options.stop != nullptr && options.stop->load() != 0) {
+        report.interrupted = true;
+        return report;
+      }
       DecodeConfig c = options.config;
       c.backend = backend.name;
       c.make_backend = backend.make;
@@ -503,13 +510,16 @@ std::string FormatDecodeTable(const DecodeReport& report,
       }
     }
   }
-  if (report.failures.empty()) {
+  for (const std::string& f : report.failures) {
+    os << "decode: FAIL " << f << "\n";
+  }
+  if (report.interrupted) {
+    os << "decode: INTERRUPTED before every row ran (no verdict on the "
+          "rest)\n";
+  } else if (report.failures.empty()) {
     os << "decode: PASS (in place: 0 allocations after the first step, "
           "exactly new_token_bytes copied per step, outputs match naive and "
           "the f64 oracle)\n";
-  } else {
-    for (const std::string& f : report.failures)
-      os << "decode: FAIL " << f << "\n";
   }
   return os.str();
 }
@@ -549,6 +559,7 @@ std::string DecodeReportJson(const DecodeReport& report,
                                         {"layout", KvLayoutName(c.layout)},
                                         {"steps", c.steps},
                                         {"seed", c.seed}}},
+                                      {"interrupted", report.interrupted},
                                       {"rows", rows},
                                       {"failures", report.failures}};
   // dump() writes a non-finite number (a median of no steps) as null.
@@ -565,23 +576,38 @@ int DecodeMain(int argc, char** argv) {
     std::fputs(DecodeUsage().c_str(), stdout);
     return 0;
   }
+  // The JSON path is checked (and a previous report removed) before the
+  // run, and written whole at the end, interrupted or not.
+  std::optional<ReportFile> json;
+  if (!options->json_path.empty()) {
+    auto f = ReportFile::Open(options->json_path, "--json");
+    if (!f.ok()) {
+      std::fprintf(stderr, "decode: %s\n", f.status().message().c_str());
+      return 2;
+    }
+    json.emplace(std::move(f).value());
+  }
+  InstallStopHandlers();
+  options->stop = &StopSignal();
   auto report = RunDecodeReport(*options, stderr);
   if (!report.ok()) {
     std::fprintf(stderr, "decode: %s\n", report.status().ToString().c_str());
     return 1;
   }
   std::fputs(FormatDecodeTable(*report, *options).c_str(), stdout);
-  if (!options->json_path.empty()) {
-    std::FILE* f = std::fopen(options->json_path.c_str(), "w");
-    const std::string json = DecodeReportJson(*report, *options);
-    if (f == nullptr ||
-        std::fwrite(json.data(), 1, json.size(), f) != json.size()) {
-      std::fprintf(stderr, "decode: cannot write --json=%s\n",
-                   options->json_path.c_str());
-      if (f != nullptr) std::fclose(f);
+  if (json) {
+    if (Status s = json->Commit(DecodeReportJson(*report, *options)); !s.ok()) {
+      std::fprintf(stderr, "decode: %s\n", s.message().c_str());
       return 1;
     }
-    std::fclose(f);
+  }
+  if (report->interrupted) {
+    const int sig = StopSignal().load();
+    std::fprintf(stderr,
+                 "decode: interrupted by signal %d; the report "
+                 "covers the rows that ran\n",
+                 sig);
+    return ExitStatusForSignal(sig);
   }
   return report->failures.empty() ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 #ifndef ATTNKIT_DECODE_REPORT_H_
 #define ATTNKIT_DECODE_REPORT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -35,6 +36,9 @@ struct DecodeReportOptions {
   std::vector<DecodeBackend> backends;
   std::vector<int64_t> start_lens{1024, 4096, 16384};
   std::string json_path;  // empty: no JSON
+  // Polled before each (backend, context length): nonzero stops the report
+  // (runtime/interrupt.h's StopSignal for SIGINT/SIGTERM).
+  const std::atomic<int>* stop = nullptr;
   bool help = false;
 };
 
@@ -70,6 +74,9 @@ struct DecodeReport {
   std::vector<DecodeReportRow> rows;
   // One line per violated guarantee; empty means the gate passes.
   std::vector<std::string> failures;
+  // Stopped by options.stop before every row ran: the rows are the ones
+  // that did.
+  bool interrupted = false;
 };
 
 // Runs every context length in both modes. Progress lines go to `log`

@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backends/registry.h"
@@ -24,7 +26,9 @@
 #include "harness/report.h"
 #include "runtime/backend.h"
 #include "runtime/flags.h"
+#include "runtime/interrupt.h"
 #include "runtime/parse.h"
+#include "runtime/report_file.h"
 
 namespace attnkit {
 namespace {
@@ -52,7 +56,7 @@ int64_t DefaultCases(Tier t) {
 struct Flags {
   CampaignOptions campaign;
   std::optional<std::vector<std::string>> backends;
-  std::string json_path;
+  std::string json_path, junit_path;
   std::optional<std::string> repro;
   std::vector<std::string> plugins;
 };
@@ -86,6 +90,7 @@ FlagParser CheckFlags(Flags& f) {
       "attnkit check [--tier smoke|default|long] [--seed N]\n"
       "                     [--cases N | --time-budget SECONDS]\n"
       "                     [--backends a,b] [--shard i/n] [--json FILE]\n"
+      "                     [--junit FILE]\n"
       "                     [--repro CASE] [--plugin lib.so]...",
       "Checks every registered backend (and plug-in) against the f64 oracle\n"
       "over a seeded campaign of shapes; prints each failure shrunk, with a\n"
@@ -145,6 +150,10 @@ FlagParser CheckFlags(Flags& f) {
       .NonEmptyString("--json", &f.json_path, "FILE",
                       "also write the results as JSON (schema_version 1)",
                       "empty file name")
+      .NonEmptyString("--junit", &f.junit_path, "FILE",
+                      "also write the results as JUnit XML (a testsuite "
+                      "per\nbackend, each failure with its reproducer)",
+                      "empty file name")
       .Custom("--repro", "CASE",
               "replay one case string printed by a failure, exactly",
               [&f](std::string_view v) -> std::string {
@@ -158,8 +167,13 @@ FlagParser CheckFlags(Flags& f) {
           "After the campaign (not after --repro) the decode-step report runs "
           "on a\nsmall configuration (2 layers, 8:2 heads of 64, 8 steps from "
           "contexts\n256, 1024, 4096) over the same backends; its gate is part "
-          "of the verdict.\nExit status: 0 all passed, 1 a mismatch (or "
-          "harness error), 2 bad usage.\n");
+          "of the verdict.\nThe --json/--junit paths are checked (and a "
+          "previous "
+          "file removed) before\nthe run; each is written whole at its end. "
+          "On SIGINT/SIGTERM the campaign\nstops after the case in flight, "
+          "writes the reports marked interrupted\n(the decode report does not "
+          "run) and exits 128 + the signal.\nExit status: 0 all passed, 1 a "
+          "mismatch (or harness error), 2 bad usage,\n130/143 interrupted.\n");
   return p;
 }
 
@@ -208,6 +222,17 @@ int Check(int argc, char** argv) {
   FlagParser flags = CheckFlags(f);
   if (auto code = ParseFlags(argc, argv, f, flags)) return *code;
 
+  // Report paths: checked (and stale reports removed) before any work.
+  std::optional<ReportFile> json, junit;
+  for (auto [path, flag, file] :
+       {std::tuple{&f.json_path, "--json", &json},
+        std::tuple{&f.junit_path, "--junit", &junit}}) {
+    if (path->empty()) continue;
+    auto opened = ReportFile::Open(*path, flag);
+    if (!opened.ok()) return Bad(flags, opened.status().message());
+    file->emplace(std::move(opened).value());
+  }
+
   // Backends: the registry, then plug-ins, narrowed by --backends.
   auto sources = backends::ResolveBackends(f.plugins, f.backends);
   if (!sources.ok()) {
@@ -251,6 +276,8 @@ int Check(int argc, char** argv) {
   }
 
   CampaignOptions& o = f.campaign;
+  InstallStopHandlers();
+  o.stop = &StopSignal();
   // A line rewritten in place on a terminal; in logs, a line every 10 s
   // (so only campaigns longer than that print any).
   o.progress = isatty(STDERR_FILENO) ? harness::Progress::kTty
@@ -292,19 +319,30 @@ int Check(int argc, char** argv) {
   if (res.fatal) std::printf("HARNESS ERROR: %s\n", res.fatal_message.c_str());
   std::printf("%s", harness::FormatSummary(res).c_str());
   std::fflush(stdout);  // before any backend's exit-time teardown
-  if (!f.json_path.empty()) {
-    harness::JsonContext ctx{
-        std::string(harness::TierName(o.tier)), o.seed,
-        std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count),
-        f.plugins};
-    std::ofstream out(f.json_path);
-    out << harness::CampaignJson(res, ctx);
-    out.close();
-    if (!out) {
-      std::fprintf(stderr, "check: --json=%s: cannot write the file\n",
-                   f.json_path.c_str());
+  const harness::JsonContext ctx{
+      std::string(harness::TierName(o.tier)), o.seed,
+      std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count),
+      f.plugins};
+  for (auto [file, text] : {std::pair{&json, std::function([&] {
+                                        return harness::CampaignJson(res, ctx);
+                                      })},
+                            std::pair{&junit, std::function([&] {
+                                        return harness::CampaignJunit(res, ctx);
+                                      })}}) {
+    if (!*file) continue;
+    if (Status s = (*file)->Commit(text()); !s.ok()) {
+      std::fprintf(stderr, "check: %s\n", s.message().c_str());
       return 2;
     }
+  }
+  if (res.interrupted) {
+    const int sig = StopSignal().load();
+    std::printf(
+        "check: INTERRUPTED by signal %d after %lld case(s): no verdict on "
+        "the rest; the decode report did not run\n",
+        sig, static_cast<long long>(res.cases));
+    std::fflush(stdout);
+    return ExitStatusForSignal(sig);
   }
   const int campaign_status = res.failures == 0 ? 0 : 1;
 
@@ -321,12 +359,16 @@ int Check(int argc, char** argv) {
   d.config.steps = 8;
   d.start_lens = {256, 1024, 4096};
   d.backends = *sources;
+  d.stop = &StopSignal();
   auto report = decode::RunDecodeReport(d, stderr);
   if (!report.ok()) {
     std::printf("decode: %s\n", report.status().ToString().c_str());
     return 1;
   }
   std::printf("%s", decode::FormatDecodeTable(*report, d).c_str());
+  if (report->interrupted) {
+    return ExitStatusForSignal(StopSignal().load());
+  }
   const int decode_status = report->failures.empty() ? 0 : 1;
   return campaign_status != 0 ? campaign_status : decode_status;
 }

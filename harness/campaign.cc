@@ -42,6 +42,10 @@ CampaignResult RunCampaign(
   for (int64_t k = 0;; ++k) {
     const int64_t index = o.shard_index + k * o.shard_count;
     if (by_time ? Since(t0) >= o.time_budget_s : index >= o.cases) break;
+    if (o.stop != nullptr && o.stop->load() != 0) {
+      res.interrupted = true;
+      break;
+    }
     const Case c = GenerateCase(o.tier, o.seed, static_cast<uint64_t>(index));
     auto results = RunCase(c, backends);
     if (!results.ok()) {
@@ -74,7 +78,8 @@ CampaignResult RunCampaign(
       rep.original = c;
       rep.shrunk = c;
       rep.result = r;
-      if (shrunk[i] < o.shrink_per_backend) {
+      const bool stopping = o.stop != nullptr && o.stop->load() != 0;
+      if (shrunk[i] < o.shrink_per_backend && !stopping) {
         ++shrunk[i];
         const ShrinkResult sr =
             ShrinkOnBackend(c, r, *backends[i], o.max_shrink_attempts);

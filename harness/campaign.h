@@ -4,6 +4,7 @@
 #ifndef ATTNKIT_HARNESS_CAMPAIGN_H_
 #define ATTNKIT_HARNESS_CAMPAIGN_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -40,6 +41,10 @@ struct CampaignOptions {
   int max_shrink_attempts = 300;
   Progress progress = Progress::kOff;
   FILE* progress_stream = stderr;
+  // Polled before each case and each shrink: nonzero stops the campaign
+  // (runtime/interrupt.h's StopSignal for SIGINT/SIGTERM); the result is
+  // then marked interrupted.
+  const std::atomic<int>* stop = nullptr;
 };
 
 struct BackendSummary {
@@ -71,6 +76,9 @@ struct CampaignResult {
   // Process CPU time (all threads): on a shared machine the wall clock
   // measures the neighbours too.
   double cpu_seconds = 0;
+  // Stopped by options.stop before its cases were done: the counts are of
+  // the cases that ran.
+  bool interrupted = false;
   bool fatal = false;  // a case did not validate: a harness bug
   std::string fatal_message;
 };

@@ -213,12 +213,114 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
         {"failures", r.failures},
         {"seconds", r.seconds},
         {"cpu_seconds", r.cpu_seconds},
+        {"interrupted", r.interrupted},
         {"fatal", r.fatal ? Json(r.fatal_message) : Json(nullptr)}}},
       {"backends", backends},
       {"failures", failures}};
   // dump() writes a non-finite number (an infinite error/bound ratio after a
   // NaN) as null: JSON has no NaN or Inf.
   return doc.dump(2) + "\n";
+}
+
+namespace {
+
+std::string XmlEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        if ((c < 0x20 && ch != '\n' && ch != '\t') || c == 0x7f) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          out += "\\x";
+          out += kHex[c >> 4];
+          out += kHex[c & 15];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out;
+}
+
+std::string Attr(std::string_view name, std::string_view value) {
+  return " " + std::string(name) + "=\"" + XmlEscape(value) + "\"";
+}
+
+}  // namespace
+
+std::string CampaignJunit(const CampaignResult& r, const JsonContext& ctx) {
+  std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites" +
+                  Attr("name", "attnkit check") +
+                  Attr("tests", std::to_string(r.cases)) +
+                  Attr("failures", std::to_string(r.failures)) + ">\n";
+  for (const BackendSummary& b : r.backends) {
+    const int64_t passed = b.cases - b.failures;
+    const int64_t tests =
+        b.failures + (passed > 0 ? 1 : 0) + (b.skipped > 0 ? 1 : 0);
+    x += "  <testsuite" + Attr("name", b.name) +
+         Attr("tests", std::to_string(tests)) +
+         Attr("failures", std::to_string(b.failures)) +
+         Attr("skipped", std::to_string(b.skipped > 0 ? 1 : 0)) +
+         Attr("time", std::to_string(b.seconds)) + ">\n";
+    x += "    <properties>"
+         "<property" +
+         Attr("name", "tier") + Attr("value", ctx.tier) + "/><property" +
+         Attr("name", "seed") + Attr("value", std::to_string(ctx.seed)) +
+         "/><property" + Attr("name", "shard") + Attr("value", ctx.shard) +
+         "/></properties>\n";
+    for (const FailureReport& f : r.reports) {
+      if (f.backend != b.name) continue;
+      const std::string repro =
+          ReproducerCommand(f.shrunk, f.backend, ctx.plugins);
+      x += "    <testcase" + Attr("classname", "attnkit." + b.name) +
+           Attr("name", f.shrunk.ToString()) + ">\n      <failure" +
+           Attr("type", OutcomeName(f.result.outcome)) +
+           Attr("message", repro) + ">" +
+           XmlEscape(FormatFailure(f, ctx.plugins)) +
+           "</failure>\n    </testcase>\n";
+    }
+    if (passed > 0) {
+      x += "    <testcase" + Attr("classname", "attnkit." + b.name) +
+           Attr("name", std::to_string(passed) + " case(s) passed") +
+           Attr("time", std::to_string(b.seconds)) + "/>\n";
+    }
+    if (b.skipped > 0) {
+      x += "    <testcase" + Attr("classname", "attnkit." + b.name) +
+           Attr("name", std::to_string(b.skipped) +
+                            " case(s) unsupported by the backend") +
+           "><skipped/></testcase>\n";
+    }
+    x += "  </testsuite>\n";
+  }
+  if (r.interrupted || r.fatal) {
+    x += "  <testsuite" + Attr("name", "attnkit") + Attr("tests", "1") +
+         Attr("errors", "1") + ">\n    <testcase" +
+         Attr("classname", "attnkit") +
+         Attr("name", r.fatal ? "harness" : "campaign") + "><error" +
+         Attr("message", r.fatal
+                             ? r.fatal_message
+                             : "interrupted after " + std::to_string(r.cases) +
+                                   " case(s): no verdict on the rest") +
+         "/></testcase>\n  </testsuite>\n";
+  }
+  return x + "</testsuites>\n";
 }
 
 }  // namespace attnkit::harness

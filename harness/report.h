@@ -44,10 +44,20 @@ struct JsonContext {
   std::span<const std::string> plugins;
 };
 // {"schema_version", "tool", "tier", "seed", "shard", "summary": {cases,
-// failures, seconds, cpu_seconds, fatal}, "backends": [...], "failures":
+// failures, seconds, cpu_seconds, interrupted, fatal}, "backends": [...],
+// "failures":
 // [one object per failing case, with its reproducer]}, keys in that order.
 // Non-finite numbers are written as null (JSON has neither NaN nor Inf).
 std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx);
+
+// JUnit XML for CI systems that read it: one <testsuite> per backend
+// (tests, failures, skipped counted in cases), a <testcase> per failing case
+// named by its case string with the reproducer as the failure's message, one
+// passing <testcase> standing for the cases that passed and one skipped
+// <testcase> for the unsupported ones. An interrupted or fatal campaign adds
+// an "attnkit" suite whose testcase is an <error>. Text is XML-escaped;
+// characters XML 1.0 cannot carry (control characters) are written \xNN.
+std::string CampaignJunit(const CampaignResult& r, const JsonContext& ctx);
 
 }  // namespace attnkit::harness
 

@@ -9,6 +9,10 @@
 # not), and these substitutions:
 #   %expect-exit N   run the rest of the line, pass its output through, and
 #                    fail unless it exited with status N (tools/lit/expect_exit.py)
+#   %interrupt S INT|TERM
+#                    run the rest of the line, send it the signal after S
+#                    seconds, print "exit: N" (tools/lit/interrupt.py)
+#   %python          this Python (checks of written JSON files)
 #   %example_plugin, %example_plugin_<variant>
 #                    the example plug-in (plugin/example/) and its variants
 import os
@@ -37,6 +41,11 @@ for name, path in sorted(config.attnkit_tools.items(), reverse=True):
 for var in ("GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS"):
     config.environment.pop(var, None)
 
+config.substitutions.append(
+    ("%interrupt",
+     '"%s" "%s"' % (sys.executable,
+                    os.path.join(os.path.dirname(__file__), "interrupt.py"))))
+config.substitutions.append(("%python", '"%s"' % sys.executable))
 config.substitutions.append(
     ("%expect-exit",
      '"%s" "%s"' % (sys.executable,
