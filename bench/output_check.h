@@ -12,22 +12,16 @@
 
 namespace attnkit::bench {
 
-// |out - oracle| <= kCheckTolerance * (1 + |oracle|). A benchmark check exists
-// to catch a wrong kernel (wrong mask, head, scale or tile: errors of order
-// 0.1), not rounding, which the differential tester bounds precisely. f32
-// math over 32k keys errs by ~sqrt(32768) * 6e-8 ~ 1e-5; 2e-3 is half a bf16
-// ulp, far above that and far below a real bug.
-inline constexpr double kCheckTolerance = 2e-3;
-
-// Checks args.out of problem p against the oracle: every row when the oracle
-// work (rows x keys) is small, otherwise the first and last `edge_rows` query
-// rows of every (batch, head) -- the causal edges where masks go wrong. The
-// slice is a sub-problem with the same query positions (queries align to the
-// end of the context), so the oracle runs on it directly. FAILED_PRECONDITION
-// names the worst element on a mismatch.
-// `full_check_work` is the oracle work (batch x heads x rows x keys x dim)
-// up to which every row is checked (~0.2 s of f64 loops by default on a
-// 2-core AMD EPYC Zen 5 family 26, GCC 12.2, 2026-11-21).
+// Checks args.out of problem p against the f64 oracle with the tolerance
+// model every comparison uses (reference/tolerance.h): every row when the
+// oracle work (rows x keys) is small, otherwise the first and last `edge_rows`
+// query rows of every (batch, head) -- the causal edges where masks go wrong.
+// The slice is a sub-problem with the same query positions (queries align to
+// the end of the context), so the oracle runs on it directly.
+// FAILED_PRECONDITION names the worst element on a mismatch. `full_check_work`
+// is the oracle work (batch x heads x rows x keys x dim) up to which every row
+// is checked (~0.2 s of f64 loops by default on a 2-core AMD EPYC Zen 5 family
+// 26, GCC 12.2, 2026-11-21).
 inline constexpr double kFullCheckWork = 2e8;
 Status CheckAgainstOracle(const AttentionProblem& p, const AttentionArgs& args,
                           int64_t edge_rows = 4,

@@ -63,6 +63,16 @@ TEST(OutputCheckTest, CanaryCorruptedElementFails) {
   EXPECT_NE(s.message().find("[b=1,h=3,i=5,d=7]"), std::string::npos)
       << s.ToString();
 
+  // An error a rounding model cannot explain, far below any fixed 1e-3-ish
+  // threshold: the tolerance model's bound here is a few 1e-7.
+  Case slight = Make(8, MaskKind::kNone, DType::kF32);
+  const TensorView& so = slight.data.args().out;
+  so.Store(0, 1, 2, 3, so.Load(0, 1, 2, 3) + 2e-5f);
+  s = CheckAgainstOracle(slight.p, slight.data.args());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("[b=0,h=1,i=2,d=3]"), std::string::npos)
+      << s.ToString();
+
   Case big = Make(40, MaskKind::kCausal, DType::kF32);
   const TensorView& bo = big.data.args().out;
   for (const int64_t row : {int64_t{1}, int64_t{38}}) {  // first and last 4
