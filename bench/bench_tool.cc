@@ -11,8 +11,13 @@
 // Common flags: --db PATH (default $ATTNKIT_HISTORY_DB or
 // ~/.attnkit/history.sqlite). BASE and NEW are run ids, latest, latest~N, sha
 // prefixes, or paths of JSON files (read without storing).
+//
+// Nothing read from a file or the store reaches the terminal unescaped:
+// every line goes out through TerminalSafe (a benchmark named with an escape
+// sequence prints as "\x1b[...", it does not recolour the terminal).
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -26,8 +31,8 @@
 #include "bench/decode_bandwidth.h"
 #include "bench/history.h"
 #include "bench/run_data.h"
-#include "runtime/stats.h"
 #include "runtime/flags.h"
+#include "runtime/stats.h"
 
 namespace attnkit::bench {
 namespace {
@@ -36,10 +41,11 @@ constexpr const char* kCommands =
     "commands:\n"
     "  ingest FILE...            store Google Benchmark JSON runs\n"
     "  runs                      list stored runs\n"
-    "  compare BASE NEW [--alpha A] [--threshold T]\n"
-    "                            regression gate (exit 1 on a regression);\n"
-    "                            BASE/NEW: run id, latest, latest~N, sha\n"
-    "                            prefix, or a .json file\n"
+    "  compare BASE NEW [--alpha A] [--threshold T] [--allow-missing]\n"
+    "                            regression gate; BASE/NEW: run id, latest\n"
+    "                            (the run ingested last), latest~N (N runs\n"
+    "                            ingested before it), sha prefix, or a .json\n"
+    "                            file\n"
     "  dashboard [-o FILE] [--host HOST]\n"
     "                            write the static HTML dashboard\n"
     "  summary RUN               calibration and %peak per backend and "
@@ -47,12 +53,40 @@ constexpr const char* kCommands =
     "                            decode GB/s as % of the same run's\n"
     "                            calibration/read_bw "
     "(pct_read_bw_same_run)\n"
-    "Exit status: 0 done (compare: no regression), 1 a regression, 2 bad "
-    "input.\n";
+    "Exit status:\n"
+    "  0  done; compare: the gate passed (every benchmark of BASE is in NEW\n"
+    "     and none regressed)\n"
+    "  1  compare: the gate failed: a regression (time, allocs or bytes\n"
+    "     copied per step, a failed output check), a >= threshold slowdown\n"
+    "     with too few repetitions to decide, a benchmark of BASE missing\n"
+    "     from NEW (unless --allow-missing), or no benchmark in both runs\n"
+    "  2  bad usage or bad input (a malformed JSON file, an unknown run);\n"
+    "     ingest then stores nothing\n";
+
+// Every byte the tool prints goes through these: names, messages and file
+// names come from files and the store, and may hold escape sequences.
+void Out(const std::string& text) {
+  std::fputs(TerminalSafe(text, /*keep_newlines=*/true).c_str(), stdout);
+}
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "attnkit bench: %s\n", s.ToString().c_str());
+  std::fprintf(stderr, "attnkit bench: %s\n",
+               TerminalSafe(s.ToString()).c_str());
   return 2;
+}
+
+// printf through Out.
+__attribute__((format(printf, 1, 2))) void Printf(const char* fmt, ...) {
+  std::va_list args, again;
+  va_start(args, fmt);
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, args);
+  va_end(args);
+  std::string s(static_cast<size_t>(n > 0 ? n : 0) + 1, '\0');
+  std::vsnprintf(s.data(), s.size(), fmt, again);
+  va_end(again);
+  s.resize(s.size() - 1);
+  Out(s);
 }
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
@@ -87,7 +121,7 @@ FlagParser::Setter Fraction(double* target) {
 // read bandwidth.
 void PrintSummary(const RunData& run) {
   auto field = [&](const char* key) { return ContextValue(run.info, key); };
-  std::printf(
+  Printf(
       "calibration at start of run (%s, %s threads): FMA peak %s GFLOPS on 1 "
       "thread, %s GFLOPS on all; read bandwidth %s GB/s\n",
       field("fma_isa").c_str(), field("omp_threads").c_str(),
@@ -116,9 +150,9 @@ void PrintSummary(const RunData& run) {
       g.same_run.push_back(r->second);
     }
   }
-  std::printf("%-12s %-10s %6s %14s %18s %21s\n", "backend", "suite", "count",
-              "median %peak", "min..max %peak",
-              std::string(kPctReadBwSameRun).c_str());
+  Printf("%-12s %-10s %6s %14s %18s %21s\n", "backend", "suite", "count",
+         "median %peak", "min..max %peak",
+         std::string(kPctReadBwSameRun).c_str());
   for (auto& [key, g] : groups) {
     const auto [lo, hi] =
         std::minmax_element(g.pct_peak.begin(), g.pct_peak.end());
@@ -131,16 +165,16 @@ void PrintSummary(const RunData& run) {
         std::snprintf(same, sizeof(same), "%.2f", Median(g.same_run));
       }
     }
-    std::printf("%-12s %-10s %6zu %14.2f %18s %21s\n", key.first.c_str(),
-                key.second.c_str(), g.pct_peak.size(), Median(g.pct_peak),
-                range, same);
+    Printf("%-12s %-10s %6zu %14.2f %18s %21s\n", key.first.c_str(),
+           key.second.c_str(), g.pct_peak.size(), Median(g.pct_peak), range,
+           same);
   }
-  std::printf(
+  Printf(
       "(prefill %%peak: of the FMA peak, the larger of 1 and all threads; "
       "decode %%peak: of the start-of-run read bandwidth; %s: median decode "
       "GB/s over the median calibration/read_bw GB/s of this run)\n\n",
       std::string(kPctReadBwSameRun).c_str());
-  std::fputs(FormatDecodeBandwidth(decode).c_str(), stdout);
+  Out(FormatDecodeBandwidth(decode));
 }
 
 int Main(int argc, char** argv) {
@@ -162,6 +196,9 @@ int Main(int argc, char** argv) {
       .Custom("--threshold", "T",
               "compare: the smallest slowdown that fails (default 0.05)",
               Fraction(&options.min_slowdown))
+      .Bool("--allow-missing", &options.allow_missing,
+            "compare: benchmarks of BASE absent from NEW are listed as\n"
+            "gone, not failures (a filtered NEW run)")
       .Positional(&pos)
       .Epilogue(kCommands);
   if (Status s = flags.Parse(argc - 1, argv + 1); !s.ok()) return Fail(s);
@@ -178,16 +215,28 @@ int Main(int argc, char** argv) {
 
   if (cmd == "ingest") {
     if (pos.empty()) return Fail(Status::InvalidArgument("ingest: no FILE"));
-    auto store = HistoryStore::Open(db);
-    if (!store.ok()) return Fail(store.status());
+    // All or nothing: every file is read and checked first, then all are
+    // stored in one transaction. A bad file stores none of them.
+    std::vector<RunData> runs;
     for (const std::string& f : pos) {
       auto run = ReadGoogleBenchmarkJsonFile(f);
-      if (!run.ok()) return Fail(run.status());
-      auto id = store->Ingest(*run);
-      if (!id.ok()) return Fail(id.status());
-      std::printf("run %lld: %s (%s, %zu benchmarks) -> %s\n",
-                  static_cast<long long>(*id), run->info.sha.c_str(),
-                  run->info.date.c_str(), run->benchmarks.size(), db.c_str());
+      if (!run.ok()) {
+        return Fail(Status(
+            run.status().code(),
+            "ingest: nothing stored: " + std::string(run.status().message())));
+      }
+      runs.push_back(std::move(*run));
+    }
+    auto store = HistoryStore::Open(db);
+    if (!store.ok()) return Fail(store.status());
+    auto ids = store->IngestAll(runs);
+    if (!ids.ok()) return Fail(ids.status());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const RunData& run = runs[i];
+      Printf("run %lld: %s (%s, %zu benchmarks) from %s -> %s\n",
+             static_cast<long long>((*ids)[i]), run.info.sha.c_str(),
+             run.info.date.c_str(), run.benchmarks.size(),
+             run.info.source.c_str(), db.c_str());
     }
     return 0;
   }
@@ -196,13 +245,13 @@ int Main(int argc, char** argv) {
     if (!store.ok()) return Fail(store.status());
     auto runs = store->ListRuns();
     if (!runs.ok()) return Fail(runs.status());
-    std::printf("%-5s %-12s %-26s %-12s %s\n", "id", "sha", "date", "host",
-                "source");
+    Printf("%-5s %-12s %-26s %-12s %s\n", "id", "sha", "date", "host",
+           "source");
     for (const RunInfo& r : *runs) {
-      std::printf(
-          "%-5lld %-12s %-26s %-12s %s%s\n", static_cast<long long>(r.id),
-          (r.sha.substr(0, 10) + (r.dirty ? "+" : "")).c_str(), r.date.c_str(),
-          r.host.c_str(), r.source.c_str(), r.quick ? " (quick)" : "");
+      Printf("%-5lld %-12s %-26s %-12s %s%s\n", static_cast<long long>(r.id),
+             (r.sha.substr(0, 10) + (r.dirty ? "+" : "")).c_str(),
+             r.date.c_str(), r.host.c_str(), r.source.c_str(),
+             r.quick ? " (quick)" : "");
     }
     return 0;
   }
@@ -217,8 +266,7 @@ int Main(int argc, char** argv) {
     auto next = LoadSpec(db, pos[1]);
     if (!next.ok()) return Fail(next.status());
     const CompareReport report = CompareRuns(*base, *next, options);
-    std::fputs(FormatCompareTable(report, base->info, next->info).c_str(),
-               stdout);
+    Out(FormatCompareTable(report, base->info, next->info));
     return report.failed() ? 1 : 0;
   }
   if (cmd == "summary") {
@@ -247,12 +295,12 @@ int Main(int argc, char** argv) {
     f << RenderDashboard(runs, options);
     f.close();
     if (!f) return Fail(Status::InvalidArgument("cannot write " + out));
-    std::printf("dashboard: %zu runs of host %s -> %s\n", runs.size(),
-                host.empty() ? "-" : host.c_str(), out.c_str());
+    Printf("dashboard: %zu runs of host %s -> %s\n", runs.size(),
+           host.empty() ? "-" : host.c_str(), out.c_str());
     return 0;
   }
-  std::fprintf(stderr, "attnkit bench: unknown command '%s'\n%s", cmd.c_str(),
-               flags.Usage().c_str());
+  std::fprintf(stderr, "attnkit bench: unknown command '%s'\n%s",
+               TerminalSafe(cmd).c_str(), flags.Usage().c_str());
   return 2;
 }
 

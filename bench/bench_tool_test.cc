@@ -28,8 +28,11 @@ class BenchToolTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string Write(const std::string& name, const RunData& run) {
+    return WriteText(name, ToGoogleBenchmarkJson(run));
+  }
+  std::string WriteText(const std::string& name, const std::string& text) {
     const fs::path p = dir_ / name;
-    std::ofstream(p) << ToGoogleBenchmarkJson(run);
+    std::ofstream(p) << text;
     return p.string();
   }
   // Runs the tool with a private store; returns its exit status, output in
@@ -74,6 +77,8 @@ TEST_F(BenchToolTest, CompareExitStatusIsTheGate) {
       << out;
   EXPECT_EQ(Tool("compare latest~2 latest~1"), 0);
   EXPECT_EQ(Tool("compare aaaa0002 latest"), 1);
+  EXPECT_EQ(Tool("compare latest~1 latest", &out), 1) << out;
+  EXPECT_NE(out.find("gate: FAILED"), std::string::npos) << out;
   EXPECT_EQ(Tool("runs", &out), 0);
   EXPECT_NE(out.find("aaaa0003"), std::string::npos);
   EXPECT_EQ(Tool("dashboard -o " + (dir_ / "d.html").string(), &out), 0) << out;
@@ -140,6 +145,162 @@ TEST_F(BenchToolTest, BadInputIsExitTwoWithAReason) {
   EXPECT_EQ(Tool("compare a.json b.json --alpha 2", &out), 2);
   EXPECT_NE(out.find("--alpha=2"), std::string::npos) << out;
   EXPECT_EQ(Tool("frobnicate", &out), 2);
+}
+
+// Issue 16, end to end: hostile JSON is exit 2 with the file, the entry and
+// the field with its value -- not an abort from an uncaught type_error.
+TEST_F(BenchToolTest, HostileJsonIsExitTwoNamingFileEntryFieldAndValue) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"("run_type": 5, "real_time": 1)", "field 'run_type' is 5"},
+      {R"("name": 5, "real_time": 1)", "field 'name' is 5"},
+      {R"("time_unit": 7, "real_time": 1)", "field 'time_unit' is 7"},
+      {R"("error_occurred": "yes")", R"(field 'error_occurred' is "yes")"},
+      {R"("real_time": 1e400)", "field 'real_time' is 1e400"},
+  };
+  for (const auto& [fields, expected] : cases) {
+    const std::string bad =
+        WriteText("hostile.json", std::string(R"({"benchmarks": [{"name": "ok",
+        "real_time": 1}, {"run_name": "b", )") +
+                                      fields + "}]}");
+    std::string out;
+    EXPECT_EQ(Tool("compare " + bad + " " + bad, &out), 2) << out;
+    EXPECT_NE(out.find("hostile.json"), std::string::npos) << out;
+    EXPECT_NE(out.find(expected), std::string::npos) << out;
+    EXPECT_EQ(out.find("terminate"), std::string::npos) << out;
+    EXPECT_EQ(Tool("ingest " + bad, &out), 2) << out;
+    EXPECT_NE(out.find(expected), std::string::npos) << out;
+    EXPECT_EQ(Tool("summary " + bad, &out), 2) << out;
+  }
+  std::string out;
+  const std::string cut = WriteText("cut.json", R"({"benchmarks": [{"na)");
+  EXPECT_EQ(Tool("compare " + cut + " " + cut, &out), 2) << out;
+  EXPECT_NE(out.find("cut.json is not JSON"), std::string::npos) << out;
+  EXPECT_EQ(Tool("compare " + dir_.string() + "/.json x.json", &out), 2);
+}
+
+// `ingest a b` stored a when b failed. Now every file is checked first and
+// the error names the one that failed; the store is untouched.
+TEST_F(BenchToolTest, IngestIsAllOrNothing) {
+  const std::string good =
+      Write("good.json", testing::SyntheticRun("cccc0001", "2026-01-01", 1));
+  const std::string bad = WriteText(
+      "bad.json", R"({"benchmarks": [{"name": "x", "real_time": "slow"}]})");
+  std::string out;
+  EXPECT_EQ(Tool("ingest " + good + " " + bad, &out), 2) << out;
+  EXPECT_NE(out.find("nothing stored"), std::string::npos) << out;
+  EXPECT_NE(out.find("bad.json"), std::string::npos) << out;
+  EXPECT_NE(out.find(R"(field 'real_time' is "slow")"), std::string::npos)
+      << out;
+  EXPECT_EQ(Tool("ingest " + good + " " + dir_.string() + "/absent.json", &out),
+            2);
+  EXPECT_NE(out.find("absent.json"), std::string::npos) << out;
+  EXPECT_EQ(Tool("runs", &out), 0);
+  EXPECT_EQ(out.find("cccc0001"), std::string::npos) << out;
+  EXPECT_EQ(Tool("summary latest", &out), 2);
+  EXPECT_NE(out.find("holds 0 runs"), std::string::npos) << out;
+  EXPECT_EQ(Tool("ingest " + good, &out), 0) << out;
+  EXPECT_EQ(Tool("runs", &out), 0);
+  EXPECT_NE(out.find("cccc0001"), std::string::npos) << out;
+}
+
+// `latest` was the largest date: a run dated 2099 ingested first stayed
+// `latest`, and `compare latest~1 latest` compared the new run against it
+// backwards -- a 20% slowdown read as a speedup, exit 0.
+TEST_F(BenchToolTest, LatestIsTheLastIngestedRun) {
+  testing::Plant slow;
+  slow.slowdown["prefill/reference/S:128/d:64/causal:0/hkv:8/real_time"] = 1.2;
+  const std::string future =
+      Write("future.json", testing::SyntheticRun("dddd0001", "2099-01-01", 1));
+  const std::string now = Write(
+      "now.json", testing::SyntheticRun("dddd0002", "2026-11-21", 2, 9, slow));
+  std::string out;
+  ASSERT_EQ(Tool("ingest " + future + " " + now, &out), 0) << out;
+  EXPECT_EQ(Tool("compare latest~1 latest", &out), 1) << out;
+  EXPECT_NE(out.find("REGRESSION"), std::string::npos) << out;
+  EXPECT_EQ(Tool("compare latest~99999999999999999999 latest", &out), 2);
+  EXPECT_NE(out.find("N='99999999999999999999'"), std::string::npos) << out;
+  EXPECT_EQ(Tool("compare latest~2 latest", &out), 2);
+  EXPECT_NE(out.find("holds 2 runs (latest~0 to latest~1)"), std::string::npos)
+      << out;
+}
+
+// The gate's exits: a missing benchmark (1, listed; 0 with --allow-missing),
+// every benchmark gone (1 even then), a slowdown 2 repetitions cannot
+// decide (1, not `same`).
+TEST_F(BenchToolTest, CompareFailsOnWhatItCouldNotTest) {
+  RunData base = testing::SyntheticRun("eeee0001", "2026-01-01", 1);
+  RunData filtered = testing::SyntheticRun("eeee0002", "2026-01-02", 2);
+  const std::string dropped = testing::kSyntheticDecode;
+  filtered.benchmarks.erase(dropped);
+  const std::string b = Write("base.json", base);
+  const std::string f = Write("filtered.json", filtered);
+  std::string out;
+  EXPECT_EQ(Tool("compare " + b + " " + f, &out), 1) << out;
+  EXPECT_NE(out.find("missing from the new run (--allow-missing accepts "
+                     "them):\n  " +
+                     dropped),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(Tool("compare " + b + " " + f + " --allow-missing", &out), 0)
+      << out;
+
+  RunData other;
+  other.info.sha = "eeee0003";
+  other.benchmarks["unrelated/real_time"] = base.benchmarks.begin()->second;
+  const std::string o = Write("other.json", other);
+  EXPECT_EQ(Tool("compare " + b + " " + o + " --allow-missing", &out), 1)
+      << out;
+  EXPECT_NE(out.find("nothing was compared"), std::string::npos) << out;
+
+  testing::Plant slow;
+  slow.slowdown["prefill/reference/S:128/d:64/causal:0/hkv:8/real_time"] = 100;
+  const std::string two =
+      Write("two.json", testing::SyntheticRun("eeee0004", "d", 4, 2));
+  const std::string two_slow = Write(
+      "two_slow.json", testing::SyntheticRun("eeee0005", "d", 5, 2, slow));
+  EXPECT_EQ(Tool("compare " + two + " " + two_slow, &out), 1) << out;
+  EXPECT_NE(out.find("too few repetitions to decide"), std::string::npos)
+      << out;
+  EXPECT_EQ(Tool("--help", &out), 0);
+  EXPECT_NE(out.find("--allow-missing"), std::string::npos) << out;
+  EXPECT_NE(out.find("  1  compare: the gate failed"), std::string::npos)
+      << out;
+}
+
+// Escape sequences in names, hosts, error messages and file names reach the
+// terminal as text ("\x1b[2J"), in every command's output.
+TEST_F(BenchToolTest, ControlCharactersNeverReachTheTerminal) {
+  RunData run = testing::SyntheticRun("ffff0001", "2026-01-01", 1);
+  run.info.host = "host\x1b]0;pwned\x07";
+  run.info.date = "2026\x1b[2J";
+  run.benchmarks["decode/evil\x1b[31m/kv_len:1/real_time"] =
+      run.benchmarks.begin()->second;
+  run.benchmarks["prefill/x/S:1/real_time"].error = "bad\x1b[1moutput";
+  const std::string a = Write("evil\x1b[5m.json", run);
+  std::string out;
+  auto expect_clean = [&](int status, const std::string& args) {
+    EXPECT_EQ(Tool(args, &out), status) << args << "\n" << out;
+    EXPECT_EQ(out.find('\x1b'), std::string::npos) << args << "\n" << out;
+    EXPECT_EQ(out.find('\x07'), std::string::npos) << args << "\n" << out;
+  };
+  expect_clean(1, "compare '" + a + "' '" + a + "'");  // the failed check
+  EXPECT_NE(out.find("decode/evil\\x1b[31m/kv_len:1"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("bad\\x1b[1moutput"), std::string::npos) << out;
+  expect_clean(0, "summary '" + a + "'");
+  expect_clean(0, "ingest '" + a + "'");
+  EXPECT_NE(out.find("evil\\x1b[5m.json"), std::string::npos) << out;
+  expect_clean(0, "runs");
+  EXPECT_NE(out.find("host\\x1b]0;pwned\\x07"), std::string::npos) << out;
+  expect_clean(0, "dashboard -o " + (dir_ / "d.html").string());
+  // Errors: a name and a value with escapes, an unknown command.
+  const std::string bad = WriteText(
+      "bad.json",
+      R"({"benchmarks": [{"name": "n\u001b[31m", "time_unit": "\u001b[2J"}]})");
+  expect_clean(2, "compare " + bad + " " + bad);
+  EXPECT_NE(out.find("'n\\x1b[31m'"), std::string::npos) << out;
+  expect_clean(2, "\"$(printf 'frob\\033nicate')\"");
+  EXPECT_NE(out.find("frob\\x1bnicate"), std::string::npos) << out;
 }
 
 }  // namespace

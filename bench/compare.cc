@@ -26,6 +26,18 @@ double Max(const std::vector<double>& v) {
   return *std::max_element(v.begin(), v.end());
 }
 
+// The smallest two-sided p the test can give samples of these sizes: that of
+// complete separation without ties. 2 / C(n1 + n2, n1) when exact: 0.1 for
+// 3 + 3, 0.029 for 4 + 4, 0.0079 for 5 + 5.
+double SmallestP(size_t n_new, size_t n_old) {
+  if (n_new == 0 || n_old == 0) return 1;
+  std::vector<double> x(n_new), y(n_old);
+  for (size_t i = 0; i < n_old; ++i) y[i] = static_cast<double>(i);
+  for (size_t i = 0; i < n_new; ++i) x[i] = static_cast<double>(n_old + i);
+  auto mw = MannWhitneyU(x, y);
+  return mw.ok() ? mw->p : 1;
+}
+
 void CompareTime(const std::vector<double>& a, const std::vector<double>& b,
                  const CompareOptions& o, CompareRow& row) {
   row.metric = std::string(kTimeMetric);
@@ -33,15 +45,26 @@ void CompareTime(const std::vector<double>& a, const std::vector<double>& b,
   row.new_value = Median(b);
   row.n_old = a.size();
   row.n_new = b.size();
-  row.ratio = row.old_value > 0 ? row.new_value / row.old_value : NAN;
+  row.ratio = row.old_value > 0   ? row.new_value / row.old_value
+              : row.new_value > 0 ? INFINITY
+                                  : NAN;
+  const bool slower = row.ratio >= 1 + o.min_slowdown;
   auto mw = MannWhitneyU(b, a);
-  if (!mw.ok()) {
-    row.note = mw.status().message();
+  if (mw.ok()) row.p = mw->p;
+  // A slowdown the gate would fail if the test could say it is real, with
+  // too few repetitions for p < alpha whatever they are: not "same".
+  if (slower && (!mw.ok() || SmallestP(b.size(), a.size()) >= o.alpha)) {
+    char why[160];
+    std::snprintf(why, sizeof(why),
+                  "too few repetitions to decide: %zu vs %zu can reach p = "
+                  "%.2g at best, the gate needs p < %g",
+                  a.size(), b.size(), SmallestP(b.size(), a.size()), o.alpha);
+    row.verdict = Verdict::kUndecided;
+    row.note = why;
     return;
   }
-  row.p = mw->p;
-  if (a.size() < 2 || b.size() < 2) {
-    row.note = "too few repetitions to test";
+  if (!mw.ok()) {
+    row.note = mw.status().message();
     return;
   }
   if (row.p < o.alpha && row.ratio >= 1 + o.min_slowdown) {
@@ -68,10 +91,11 @@ CompareReport CompareRuns(const RunData& base, const RunData& next,
     row.ratio = NAN;
     if (in == next.benchmarks.end()) {
       row.metric = std::string(kTimeMetric);
-      row.verdict = Verdict::kGone;
+      row.verdict = options.allow_missing ? Verdict::kGone : Verdict::kMissing;
       report.rows.push_back(row);
       continue;
     }
+    if (ib != base.benchmarks.end()) ++report.compared;
     if (!in->second.error.empty()) {
       row.metric = "output";
       row.verdict = Verdict::kRegression;
@@ -99,6 +123,12 @@ CompareReport CompareRuns(const RunData& base, const RunData& next,
         row.note = "host calibration: reported, not gated";
       }
       report.rows.push_back(row);
+    } else if (ta != nullptr) {
+      row.metric = std::string(kTimeMetric);
+      row.old_value = Median(*ta);
+      row.n_old = ta->size();
+      row.verdict = options.allow_missing ? Verdict::kGone : Verdict::kMissing;
+      report.rows.push_back(row);
     }
     for (std::string_view metric : kExactMetrics) {
       const auto* a = Find(ib->second, metric);
@@ -116,7 +146,7 @@ CompareReport CompareRuns(const RunData& base, const RunData& next,
       if (a == nullptr) {
         e.verdict = Verdict::kNew;
       } else if (b == nullptr) {
-        e.verdict = Verdict::kGone;
+        e.verdict = options.allow_missing ? Verdict::kGone : Verdict::kMissing;
       } else if (e.new_value > e.old_value + slack) {
         e.verdict = Verdict::kRegression;
         e.note = "exact gate: any increase fails";
@@ -128,6 +158,8 @@ CompareReport CompareRuns(const RunData& base, const RunData& next,
   }
   for (const CompareRow& r : report.rows) {
     if (r.verdict == Verdict::kRegression) ++report.regressions;
+    if (r.verdict == Verdict::kUndecided) ++report.undecided;
+    if (r.verdict == Verdict::kMissing) ++report.missing;
   }
   return report;
 }
@@ -170,8 +202,9 @@ std::string FormatCompareTable(const CompareReport& report, const RunInfo& base,
                                const RunInfo& next) {
   auto describe = [](const RunInfo& r) {
     std::string s = (r.id > 0 ? "run " + std::to_string(r.id) + " " : "") +
-                    r.sha.substr(0, 12) + (r.dirty ? "+dirty" : "") + " " +
-                    r.date + " on " + r.host;
+                    TerminalSafe(r.sha.substr(0, 12)) +
+                    (r.dirty ? "+dirty" : "") + " " + TerminalSafe(r.date) +
+                    " on " + TerminalSafe(r.host);
     if (r.quick) s += " (quick)";
     return s;
   };
@@ -183,7 +216,9 @@ std::string FormatCompareTable(const CompareReport& report, const RunInfo& base,
         "comparable\n";
   }
   size_t w = 9;
-  for (const CompareRow& r : report.rows) w = std::max(w, r.benchmark.size());
+  for (const CompareRow& r : report.rows) {
+    w = std::max(w, TerminalSafe(r.benchmark).size());
+  }
   char line[1024];
   std::snprintf(line, sizeof(line), "%-*s  %-21s %12s %12s %7s %9s  %s\n",
                 static_cast<int>(w), "benchmark", "metric", "old", "new",
@@ -197,23 +232,43 @@ std::string FormatCompareTable(const CompareReport& report, const RunInfo& base,
     if (r.p >= 0) std::snprintf(p, sizeof(p), "%.2g", r.p);
     const bool has_old = r.n_old > 0, has_new = r.n_new > 0;
     std::snprintf(line, sizeof(line), "%-*s  %-21s %12s %12s %7s %9s  %s",
-                  static_cast<int>(w), r.benchmark.c_str(), r.metric.c_str(),
+                  static_cast<int>(w), TerminalSafe(r.benchmark).c_str(),
+                  TerminalSafe(r.metric).c_str(),
                   has_old ? FormatMetric(r.metric, r.old_value).c_str() : "-",
                   has_new ? FormatMetric(r.metric, r.new_value).c_str() : "-",
                   ratio, p, std::string(VerdictName(r.verdict)).c_str());
     out += line;
-    if (!r.note.empty()) out += "  (" + r.note + ")";
+    if (!r.note.empty()) out += "  (" + TerminalSafe(r.note) + ")";
     out += "\n";
     if (r.verdict == Verdict::kSame) ++same;
     if (r.verdict == Verdict::kFaster) ++faster;
   }
   std::snprintf(line, sizeof(line),
-                "%d regressions, %d faster, %d unchanged (gate: time p < %g "
-                "and >= %g%% slower; allocs and bytes copied per step: any "
-                "increase; a failed output check)\n",
-                report.regressions, faster, same, report.options.alpha,
-                100 * report.options.min_slowdown);
+                "%d regressions, %d undecided, %d missing, %d faster, %d "
+                "unchanged (gate: time p < %g and >= %g%% slower; allocs and "
+                "bytes copied per step: any increase; a failed output check; "
+                "a slowdown too few repetitions can decide; a benchmark "
+                "missing from the new run)\n",
+                report.regressions, report.undecided, report.missing, faster,
+                same, report.options.alpha, 100 * report.options.min_slowdown);
   out += line;
+  if (report.missing > 0) {
+    std::set<std::string> names;
+    for (const CompareRow& r : report.rows) {
+      if (r.verdict == Verdict::kMissing) {
+        names.insert(TerminalSafe(r.benchmark) +
+                     (r.metric == kTimeMetric ? "" : " (" + r.metric + ")"));
+      }
+    }
+    out += "missing from the new run (--allow-missing accepts them):\n";
+    for (const std::string& n : names) out += "  " + n + "\n";
+  }
+  if (report.compared == 0) {
+    out +=
+        "no benchmark is in both runs: nothing was compared (a filter that "
+        "matched nothing, or the wrong run?)\n";
+  }
+  out += report.failed() ? "gate: FAILED\n" : "gate: passed\n";
   return out;
 }
 

@@ -7,6 +7,12 @@
 //            step, so any increase is a regression.
 //   errors : a benchmark whose output check failed in the new run is a
 //            regression whatever its speed.
+//   unknown: a benchmark of the base missing from the new run (or a gated
+//            metric of it), unless allow_missing; a slowdown of >= 5% that
+//            the test cannot judge because the repetitions are too few for
+//            p < alpha (3 + 3 can reach only p = 0.1); and a comparison in
+//            which no benchmark is in both runs. The gate fails on these too:
+//            what it did not test never passes.
 //   calibration/ benchmarks measure the host (FMA peak, read bandwidth), which
 //   other tenants move by up to 2.7x within minutes (2-core AMD EPYC Zen 5
 //   family 26, GCC 12.2, 2026-11-21); `./attnkit bench` runs read_bw in every
@@ -28,6 +34,7 @@ namespace attnkit::bench {
 struct CompareOptions {
   double alpha = 0.01;         // Mann-Whitney two-sided significance level
   double min_slowdown = 0.05;  // median ratio new/old >= 1 + this
+  bool allow_missing = false;  // base benchmarks absent from new: kGone
 };
 
 enum class Verdict {
@@ -35,7 +42,9 @@ enum class Verdict {
   kFaster,      // significant and >= min_slowdown faster (or fewer counts)
   kRegression,  // fails the gate
   kNew,         // only in the new run
-  kGone,        // only in the base run (reported, not failing)
+  kGone,        // only in the base run, with allow_missing (not failing)
+  kMissing,     // only in the base run: fails the gate
+  kUndecided,   // slower by >= min_slowdown, too few repetitions to test
   kFixed,       // errored in the base run, passes now
   kHost,        // a calibration/ benchmark changed: the host did, not the code
 };
@@ -45,6 +54,8 @@ inline constexpr auto kVerdictNames = MakeEnumTable<Verdict>({
     {Verdict::kRegression, "REGRESSION"},
     {Verdict::kNew, "new"},
     {Verdict::kGone, "gone"},
+    {Verdict::kMissing, "MISSING"},
+    {Verdict::kUndecided, "UNDECIDED"},
     {Verdict::kFixed, "fixed"},
     {Verdict::kHost, "host"},
 });
@@ -66,15 +77,23 @@ struct CompareRow {
 struct CompareReport {
   CompareOptions options;
   std::vector<CompareRow> rows;
-  int regressions = 0;
-  bool failed() const { return regressions > 0; }
+  int regressions = 0;  // kRegression rows
+  int undecided = 0;    // kUndecided rows
+  int missing = 0;      // kMissing rows
+  int compared = 0;     // benchmarks in both runs
+  // Regressions, or anything the gate could not decide: a missing benchmark,
+  // too few repetitions for a slowdown, nothing compared at all.
+  bool failed() const {
+    return regressions > 0 || undecided > 0 || missing > 0 || compared == 0;
+  }
 };
 
 CompareReport CompareRuns(const RunData& base, const RunData& next,
                           const CompareOptions& options = {});
 
 // The table people read: benchmark, metric, old, new, ratio, p, verdict, plus
-// a header naming both runs and a closing summary line.
+// a header naming both runs, a closing summary line, the missing benchmarks
+// and the gate's result. Strings from the runs are TerminalSafe.
 std::string FormatCompareTable(const CompareReport& report, const RunInfo& base,
                                const RunInfo& next);
 

@@ -13,10 +13,17 @@
 namespace attnkit::bench {
 namespace {
 
-std::string Escape(std::string_view s) {
+// HTML text and attribute values; control characters (which HTML forbids)
+// and the other characters TerminalSafe escapes are shown as it shows them,
+// "\x1b".
+std::string Escape(std::string_view raw) {
+  const std::string s = TerminalSafe(raw, /*keep_newlines=*/true);
   std::string out;
   for (char c : s) {
     switch (c) {
+      case '\'':
+        out += "&#39;";
+        break;
       case '&':
         out += "&amp;";
         break;
@@ -166,7 +173,7 @@ body{font:14px system-ui,sans-serif;margin:24px;color:#222}
 h1{font-size:22px}h2{font-size:18px;margin-top:28px}h3{font-size:13px;margin:4px 0;font-family:monospace}
 table{border-collapse:collapse;font-size:12px}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}
 td:first-child,th:first-child,td.m,th.m{text-align:left;font-family:monospace}
-tr.regression td{background:#fde2e2;color:#900;font-weight:600}tr.faster td{background:#e3f6e3}
+tr.regression td{background:#fde2e2;color:#900;font-weight:600}tr.faster td{background:#e3f6e3}tr.unknown td{background:#fff1c2;color:#740}
 .bench{display:inline-block;vertical-align:top;margin:6px 12px 10px 0;padding:4px;border:1px solid #eee}
 .bench.flagged{border-color:#d33}
 svg.plot{background:#fafafa;margin-right:4px}
@@ -248,14 +255,23 @@ std::string RenderDashboard(const std::vector<RunData>& runs,
     const RunInfo& prev = runs[runs.size() - 2].info;
     h += "<p>" + Escape(ShortSha(prev)) + " (" + Escape(prev.date) +
          ") &rarr; " + Escape(ShortSha(last)) + " (" + Escape(last.date) +
-         "): <b>" + std::to_string(rep.regressions) + " regressions</b></p>\n";
+         "): <b>" + std::to_string(rep.regressions) + " regressions</b>" +
+         (rep.undecided + rep.missing > 0
+              ? ", <b>" + std::to_string(rep.undecided) +
+                    " undecided</b> (too few repetitions), <b>" +
+                    std::to_string(rep.missing) + " missing</b>"
+              : std::string()) +
+         "</p>\n";
     h += "<table id=\"latest\"><tr><th>benchmark</th><th "
          "class=\"m\">metric</th><th>old"
          "</th><th>new</th><th>ratio</th><th>p</th><th>verdict</th></tr>\n";
     for (const CompareRow& r : rep.rows) {
-      const char* cls = r.verdict == Verdict::kRegression ? "regression"
-                        : r.verdict == Verdict::kFaster   ? "faster"
-                                                          : "";
+      const char* cls =
+          r.verdict == Verdict::kRegression ? "regression"
+          : r.verdict == Verdict::kUndecided || r.verdict == Verdict::kMissing
+              ? "unknown"
+          : r.verdict == Verdict::kFaster ? "faster"
+                                          : "";
       char ratio[32] = "-", p[32] = "-";
       if (!std::isnan(r.ratio))
         std::snprintf(ratio, sizeof(ratio), "%.3f", r.ratio);

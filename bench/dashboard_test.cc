@@ -171,5 +171,25 @@ TEST(DashboardTest, EscapesNamesAndHandlesEmptyAndSingleRun) {
   EXPECT_NE(empty.find("no runs yet"), std::string::npos);
 }
 
+// Control characters (which HTML forbids) and quotes in names and run
+// fields: shown as the terminal shows them, "\x1b", and HTML-escaped.
+TEST(DashboardTest, EscapesControlCharactersAndQuotes) {
+  RunData a = testing::SyntheticRun("aaaa", "2026-01-01", 1);
+  RunData b = testing::SyntheticRun("bbbb", "2026-01-02", 2);
+  const std::string evil = "evil\x1b[2J'<i>\x07\xc2\x9b/real_time";
+  a.benchmarks[evil] = a.benchmarks.begin()->second;
+  b.benchmarks[evil] = a.benchmarks[evil];
+  b.info.host = a.info.host;
+  b.info.date = "2026\x1b[31m";
+  const std::string html = RenderDashboard({a, b});
+  EXPECT_EQ(html.find('\x1b'), std::string::npos);
+  EXPECT_EQ(html.find('\x07'), std::string::npos);
+  EXPECT_EQ(html.find("\xc2\x9b"), std::string::npos);
+  EXPECT_EQ(html.find("<i>"), std::string::npos);
+  EXPECT_NE(html.find("evil\\x1b[2J&#39;&lt;i&gt;\\x07\\u009b/real_time"),
+            std::string::npos);
+  EXPECT_NE(html.find("2026\\x1b[31m"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace attnkit::bench

@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
 #include <utility>
 
 namespace attnkit::bench {
@@ -149,7 +153,7 @@ HistoryStore& HistoryStore::operator=(HistoryStore&& o) noexcept {
   return *this;
 }
 
-StatusOr<int64_t> HistoryStore::Ingest(const RunData& run) {
+StatusOr<int64_t> HistoryStore::InsertRun(const RunData& run) {
   {
     Stmt find(db_,
               "SELECT id FROM runs WHERE sha=? AND date=? AND host=? AND "
@@ -161,21 +165,12 @@ StatusOr<int64_t> HistoryStore::Ingest(const RunData& run) {
     find.Bind(4, run.info.source);
     if (find.Step() == SQLITE_ROW) return find.Int(0);
   }
-  if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) !=
-      SQLITE_OK) {
-    return SqlError(db_, "begin");
-  }
-  auto fail = [&](const std::string& what) {
-    Status s = SqlError(db_, what);
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    return s;
-  };
   int64_t id = 0;
   {
     Stmt ins(db_,
              "INSERT INTO runs (sha, dirty, date, host, quick, source, "
              "context) VALUES (?, ?, ?, ?, ?, ?, ?)");
-    if (!ins.ok()) return fail("prepare run insert");
+    if (!ins.ok()) return SqlError(db_, "prepare run insert");
     ins.Bind(1, run.info.sha);
     ins.Bind(2, int64_t{run.info.dirty});
     ins.Bind(3, run.info.date);
@@ -183,7 +178,7 @@ StatusOr<int64_t> HistoryStore::Ingest(const RunData& run) {
     ins.Bind(5, int64_t{run.info.quick});
     ins.Bind(6, run.info.source);
     ins.Bind(7, run.info.context_json);
-    if (ins.Step() != SQLITE_DONE) return fail("insert run");
+    if (ins.Step() != SQLITE_DONE) return SqlError(db_, "insert run");
     id = sqlite3_last_insert_rowid(db_);
   }
   Stmt sample(db_,
@@ -192,13 +187,17 @@ StatusOr<int64_t> HistoryStore::Ingest(const RunData& run) {
   Stmt error(db_,
              "INSERT INTO errors (run_id, benchmark, message) VALUES (?, ?, "
              "?)");
-  if (!sample.ok() || !error.ok()) return fail("prepare sample insert");
+  if (!sample.ok() || !error.ok()) {
+    return SqlError(db_, "prepare sample insert");
+  }
   for (const auto& [name, s] : run.benchmarks) {
     if (!s.error.empty()) {
       error.Bind(1, id);
       error.Bind(2, name);
       error.Bind(3, s.error);
-      if (error.Step() != SQLITE_DONE) return fail("insert error of " + name);
+      if (error.Step() != SQLITE_DONE) {
+        return SqlError(db_, "insert error of " + name);
+      }
       error.Reset();
     }
     for (const auto& [metric, values] : s.metrics) {
@@ -209,21 +208,48 @@ StatusOr<int64_t> HistoryStore::Ingest(const RunData& run) {
         sample.Bind(4, static_cast<int64_t>(r));
         sample.Bind(5, values[r]);
         if (sample.Step() != SQLITE_DONE) {
-          return fail("insert " + name + " " + metric);
+          return SqlError(db_, "insert " + name + " " + metric);
         }
         sample.Reset();
       }
     }
   }
-  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    return fail("commit");
-  }
   return id;
 }
 
+StatusOr<int64_t> HistoryStore::Ingest(const RunData& run) {
+  ATTNKIT_ASSIGN_OR_RETURN(std::vector<int64_t> ids, IngestAll({run}));
+  return ids.front();
+}
+
+StatusOr<std::vector<int64_t>> HistoryStore::IngestAll(
+    const std::vector<RunData>& runs) {
+  if (sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) !=
+      SQLITE_OK) {
+    return SqlError(db_, "begin");
+  }
+  std::vector<int64_t> ids;
+  for (const RunData& run : runs) {
+    StatusOr<int64_t> id = InsertRun(run);
+    if (!id.ok()) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      return Status(id.status().code(),
+                    "history store: nothing stored: run from " +
+                        run.info.source + ": " +
+                        std::string(id.status().message()));
+    }
+    ids.push_back(*id);
+  }
+  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    Status s = SqlError(db_, "commit (nothing stored)");
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return s;
+  }
+  return ids;
+}
+
 StatusOr<std::vector<RunInfo>> HistoryStore::ListRuns() const {
-  Stmt st(db_, (std::string("SELECT ") + kRunColumns +
-                " FROM runs ORDER BY date, id")
+  Stmt st(db_, (std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY id")
                    .c_str());
   if (!st.ok()) return SqlError(db_, "list runs");
   std::vector<RunInfo> runs;
@@ -262,35 +288,57 @@ StatusOr<RunData> HistoryStore::LoadRun(int64_t id) const {
   return run;
 }
 
+namespace {
+
+bool AllDigits(std::string_view t) {
+  return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
+// Decimal digits as an int64; nullopt when they overflow it.
+std::optional<int64_t> ParseCount(std::string_view t) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec != std::errc() || end != t.data() + t.size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
 StatusOr<RunData> HistoryStore::Resolve(std::string_view spec) const {
   const std::string s(spec);
-  auto all_digits = [](std::string_view t) {
-    return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) {
-      return std::isdigit(static_cast<unsigned char>(c)) != 0;
-    });
-  };
   ATTNKIT_ASSIGN_OR_RETURN(std::vector<RunInfo> runs, ListRuns());
   if (s == "latest" || s.rfind("latest~", 0) == 0) {
     int64_t back = 0;
     if (s != "latest") {
       const std::string n = s.substr(7);
-      if (!all_digits(n)) {
-        return Status::InvalidArgument("run spec '" + s +
-                                       "': expected latest~N with N >= 0");
+      const std::optional<int64_t> v =
+          AllDigits(n) ? ParseCount(n) : std::nullopt;
+      if (!v) {
+        return Status::InvalidArgument(
+            "run spec '" + s + "': N='" + n +
+            "' is not a number in [0, 2^63): expected latest~N, N runs "
+            "ingested before the latest");
       }
-      back = std::stoll(n);
+      back = *v;
     }
     if (back >= static_cast<int64_t>(runs.size())) {
-      return Status::NotFound("run spec '" + s + "': the store holds " +
-                              std::to_string(runs.size()) + " runs");
+      return Status::NotFound(
+          "run spec '" + s + "': the store holds " +
+          std::to_string(runs.size()) + " runs" +
+          (runs.empty() ? std::string()
+                        : " (latest~0 to latest~" +
+                              std::to_string(runs.size() - 1) + ")"));
     }
     return LoadRun(runs[runs.size() - 1 - static_cast<size_t>(back)].id);
   }
   // All digits: an id when such a run exists, else (4+ digits) a sha prefix.
-  if (all_digits(s)) {
-    const int64_t id = std::stoll(s.substr(0, 18));
-    for (const RunInfo& r : runs) {
-      if (r.id == id) return LoadRun(id);
+  if (AllDigits(s)) {
+    if (const std::optional<int64_t> id = ParseCount(s)) {
+      for (const RunInfo& r : runs) {
+        if (r.id == *id) return LoadRun(*id);
+      }
     }
   }
   const bool hex = s.size() >= 4 && std::all_of(s.begin(), s.end(), [](char c) {

@@ -36,18 +36,26 @@ class HistoryStore {
   // Stores the run in one transaction and returns its id. Ingesting the same
   // run again (same sha, date, host and source) returns the existing id.
   StatusOr<int64_t> Ingest(const RunData& run);
+  // Stores every run in one transaction, all or nothing: on any failure
+  // nothing is stored and the error names the run's source. Ids in order.
+  StatusOr<std::vector<int64_t>> IngestAll(const std::vector<RunData>& runs);
 
-  // Every run, oldest first (by date, then id).
+  // Every run in ingestion order (by id), oldest first. Not by date: a date
+  // comes from the run's JSON (a clock, a hand-edited file) and the order
+  // `latest` names must be the one runs arrived in.
   StatusOr<std::vector<RunInfo>> ListRuns() const;
   StatusOr<RunData> LoadRun(int64_t id) const;
 
-  // A run by spec: its id ("42"), "latest", "latest~N" (N runs before the
-  // latest), or a commit sha prefix of >= 4 hex digits (that commit's newest
-  // run). NOT_FOUND / INVALID_ARGUMENT name the spec.
+  // A run by spec: its id ("42"), "latest" (the run ingested last),
+  // "latest~N" (N runs ingested before it), or a commit sha prefix of >= 4
+  // hex digits (that commit's last ingested run). NOT_FOUND /
+  // INVALID_ARGUMENT name the spec.
   StatusOr<RunData> Resolve(std::string_view spec) const;
 
  private:
   explicit HistoryStore(sqlite3* db) : db_(db) {}
+  // Ingest's inserts, inside a transaction the caller opened.
+  StatusOr<int64_t> InsertRun(const RunData& run);
   sqlite3* db_ = nullptr;
 };
 

@@ -2,8 +2,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -38,13 +45,12 @@ const std::set<std::string, std::less<>>& NonCounterFields() {
   return f;
 }
 
-StatusOr<double> NsPerUnit(const std::string& unit) {
+std::optional<double> NsPerUnit(std::string_view unit) {
   if (unit == "ns") return 1.0;
   if (unit == "us") return 1e3;
   if (unit == "ms") return 1e6;
   if (unit == "s") return 1e9;
-  return Status::InvalidArgument("benchmark json: time_unit='" + unit +
-                                 "' is not one of ns, us, ms, s");
+  return std::nullopt;
 }
 
 std::string ContextString(const json& ctx, const char* key,
@@ -89,6 +95,61 @@ std::string ReplaceNonFiniteTokens(std::string_view text) {
   return out;
 }
 
+// Where a number literal beyond the range of a double is (nlohmann rejects
+// it without saying where): its line, column, value and the key before it.
+std::optional<std::string> FindOutOfRangeNumber(std::string_view text) {
+  bool in_string = false;
+  size_t string_start = 0, line = 1, line_start = 0;
+  std::string last_key;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+        size_t j = i + 1;
+        while (j < text.size() &&
+               std::isspace(static_cast<unsigned char>(text[j])) != 0) {
+          ++j;
+        }
+        if (j < text.size() && text[j] == ':') {
+          last_key =
+              std::string(text.substr(string_start + 1, i - string_start - 1));
+        }
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      string_start = i;
+      continue;
+    }
+    if (c != '-' && std::isdigit(static_cast<unsigned char>(c)) == 0) continue;
+    size_t j = i;
+    while (j < text.size() &&
+           std::strchr("+-.eE0123456789", text[j]) != nullptr) {
+      ++j;
+    }
+    const std::string token(text.substr(i, j - i));
+    const double v = std::strtod(token.c_str(), nullptr);
+    if (std::isinf(v)) {
+      std::string shown =
+          token.size() > 40 ? token.substr(0, 37) + "..." : token;
+      return "line " + std::to_string(line) + ", column " +
+             std::to_string(i - line_start + 1) + ": " +
+             (last_key.empty() ? "a value" : "field '" + last_key + "'") +
+             " is " + shown + ", beyond the range of a double";
+    }
+    i = j - 1;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool IsExactMetric(std::string_view metric) {
@@ -96,70 +157,238 @@ bool IsExactMetric(std::string_view metric) {
                    metric) != std::end(kExactMetrics);
 }
 
-StatusOr<RunData> ParseGoogleBenchmarkJson(std::string_view text,
-                                           std::string source) {
-  json doc = json::parse(ReplaceNonFiniteTokens(text), nullptr,
-                         /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return Status::InvalidArgument("benchmark json: " + source +
-                                   " is not a JSON object");
+namespace {
+
+// A JSON value as the error message shows it: its JSON text (strings quoted,
+// control characters escaped by the dump), at most 80 characters.
+std::string Shown(const json& v) {
+  std::string text =
+      v.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+const char* TypeName(const json& v) {
+  return v.is_number()    ? "a number"
+         : v.is_string()  ? "a string"
+         : v.is_boolean() ? "a boolean"
+         : v.is_null()    ? "null"
+         : v.is_array()   ? "an array"
+                          : "an object";
+}
+
+// Reads the fields of one document; every message starts with where (the
+// file, and the benchmark's index and name) and names the field and value.
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  Status Error(const std::string& where, const std::string& what) const {
+    return Status::InvalidArgument("benchmark json: " + source_ + ": " + where +
+                                   ": " + what);
   }
-  if (!doc.contains("benchmarks") || !doc["benchmarks"].is_array()) {
+  Status BadField(const std::string& where, std::string_view field,
+                  const json& v, std::string_view expected) const {
+    return Error(where, "field '" + std::string(field) + "' is " + Shown(v) +
+                            " (" + TypeName(v) + "), expected " +
+                            std::string(expected));
+  }
+  // A string field: absent -> `fallback`; present and not a string -> error.
+  StatusOr<std::string> String(const json& obj, const std::string& where,
+                               std::string_view field,
+                               std::string_view fallback) const {
+    auto it = obj.find(field);
+    if (it == obj.end()) return std::string(fallback);
+    if (!it->is_string()) return BadField(where, field, *it, "a string");
+    return it->get<std::string>();
+  }
+  StatusOr<bool> Bool(const json& obj, const std::string& where,
+                      std::string_view field, bool fallback) const {
+    auto it = obj.find(field);
+    if (it == obj.end()) return fallback;
+    if (!it->is_boolean()) return BadField(where, field, *it, "true or false");
+    return it->get<bool>();
+  }
+  // A finite number >= 0 (`null`, Google Benchmark's NaN or Infinity: absent
+  // when `null_ok`).
+  StatusOr<std::optional<double>> Number(const json& obj,
+                                         const std::string& where,
+                                         std::string_view field,
+                                         bool null_ok) const {
+    auto it = obj.find(field);
+    if (it == obj.end() || (null_ok && it->is_null())) {
+      return std::optional<double>();
+    }
+    if (!it->is_number()) return BadField(where, field, *it, "a number");
+    const double v = it->get<double>();
+    if (!std::isfinite(v) || v < 0) {
+      return BadField(where, field, *it, "a finite number >= 0");
+    }
+    return std::optional<double>(v);
+  }
+
+ private:
+  std::string source_;
+};
+
+StatusOr<RunData> ParseDocument(std::string_view text,
+                                const std::string& source) {
+  const Reader rd(source);
+  json doc;
+  try {
+    doc = json::parse(ReplaceNonFiniteTokens(text));
+  } catch (const json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 7:
+    // syntax error ...": keep what follows the id.
+    std::string what = e.what();
+    if (const size_t at = what.find("] "); at != std::string::npos) {
+      what = what.substr(at + 2);
+    }
+    if (text.empty()) what = "empty file";
+    if (auto where = FindOutOfRangeNumber(text)) what = *where;
+    return Status::InvalidArgument("benchmark json: " + source +
+                                   " is not JSON (" + what + ")");
+  }
+  if (!doc.is_object()) {
+    return Status::InvalidArgument("benchmark json: " + source +
+                                   ": the document is " + TypeName(doc) +
+                                   ", expected an object with a "
+                                   "'benchmarks' array");
+  }
+  auto benchmarks = doc.find("benchmarks");
+  if (benchmarks == doc.end()) {
     return Status::InvalidArgument("benchmark json: " + source +
                                    " has no 'benchmarks' array");
   }
+  if (!benchmarks->is_array()) {
+    return rd.BadField("top level", "benchmarks", *benchmarks, "an array");
+  }
   RunData run;
-  run.info.source = std::move(source);
-  const json ctx = doc.value("context", json::object());
+  run.info.source = source;
+  json ctx = json::object();
+  if (auto c = doc.find("context"); c != doc.end()) {
+    if (!c->is_object())
+      return rd.BadField("top level", "context", *c, "an object");
+    ctx = *c;
+  }
   run.info.context_json = ctx.dump();
-  run.info.sha = ContextString(ctx, "git_sha", "unknown");
-  run.info.dirty = ContextString(ctx, "git_dirty", "0") == "1";
-  run.info.date = ContextString(ctx, "date", "");
-  run.info.host = ContextString(ctx, "host_name", "unknown");
-  run.info.quick = ContextString(ctx, "attnkit_quick", "0") == "1";
+  // The context fields the store keys on: strings, as Google Benchmark and
+  // attnkit_bench write them; empty means absent.
+  auto context_string = [&](const char* key,
+                            const char* fallback) -> StatusOr<std::string> {
+    ATTNKIT_ASSIGN_OR_RETURN(std::string v,
+                             rd.String(ctx, "context", key, fallback));
+    return v.empty() ? std::string(fallback) : v;
+  };
+  ATTNKIT_ASSIGN_OR_RETURN(run.info.sha, context_string("git_sha", "unknown"));
+  ATTNKIT_ASSIGN_OR_RETURN(const std::string dirty,
+                           context_string("git_dirty", "0"));
+  run.info.dirty = dirty == "1";
+  ATTNKIT_ASSIGN_OR_RETURN(run.info.date, context_string("date", ""));
+  ATTNKIT_ASSIGN_OR_RETURN(run.info.host,
+                           context_string("host_name", "unknown"));
+  ATTNKIT_ASSIGN_OR_RETURN(const std::string quick,
+                           context_string("attnkit_quick", "0"));
+  run.info.quick = quick == "1";
 
-  for (const json& e : doc["benchmarks"]) {
+  size_t iterations = 0;
+  for (size_t i = 0; i < benchmarks->size(); ++i) {
+    const json& e = (*benchmarks)[i];
+    std::string where = "benchmarks[" + std::to_string(i) + "]";
     if (!e.is_object()) {
-      return Status::InvalidArgument(
-          "benchmark json: an entry of "
-          "'benchmarks' is not an object");
+      return rd.Error(where, "is " + Shown(e) + " (" + TypeName(e) +
+                                 "), expected an object");
     }
-    if (e.value("run_type", "iteration") != "iteration") continue;
-    std::string name = e.value("run_name", e.value("name", ""));
+    // The name first, so every later message can carry it.
+    ATTNKIT_ASSIGN_OR_RETURN(const std::string plain,
+                             rd.String(e, where, "name", ""));
+    ATTNKIT_ASSIGN_OR_RETURN(const std::string name,
+                             rd.String(e, where, "run_name", plain));
     if (name.empty()) {
-      return Status::InvalidArgument("benchmark json: an entry has no name");
+      return rd.Error(where, "has no 'run_name' or 'name'");
     }
+    where += " '" + name + "'";
+    ATTNKIT_ASSIGN_OR_RETURN(const std::string run_type,
+                             rd.String(e, where, "run_type", "iteration"));
+    if (run_type == "aggregate") continue;
+    if (run_type != "iteration") {
+      return rd.BadField(where, "run_type", e["run_type"],
+                         "\"iteration\" or \"aggregate\"");
+    }
+    ++iterations;
     BenchmarkSamples& s = run.benchmarks[name];
-    if (e.value("error_occurred", false)) {
-      s.error = e.value("error_message", "error");
+    ATTNKIT_ASSIGN_OR_RETURN(const bool failed,
+                             rd.Bool(e, where, "error_occurred", false));
+    if (failed) {
+      ATTNKIT_ASSIGN_OR_RETURN(s.error,
+                               rd.String(e, where, "error_message", "error"));
+      if (s.error.empty()) s.error = "error";
       continue;
     }
-    if (!e.contains("real_time") || !e["real_time"].is_number()) {
-      return Status::InvalidArgument("benchmark json: entry '" + name +
-                                     "' has no numeric real_time");
+    ATTNKIT_ASSIGN_OR_RETURN(const std::string unit,
+                             rd.String(e, where, "time_unit", "ns"));
+    const std::optional<double> ns = NsPerUnit(unit);
+    if (!ns) {
+      return rd.BadField(where, "time_unit", e["time_unit"],
+                         "one of ns, us, ms, s");
     }
-    ATTNKIT_ASSIGN_OR_RETURN(const double ns,
-                             NsPerUnit(e.value("time_unit", "ns")));
-    s.metrics[std::string(kTimeMetric)].push_back(e["real_time"].get<double>() *
-                                                  ns);
-    if (e.contains("cpu_time") && e["cpu_time"].is_number()) {
-      s.metrics["cpu_time_ns"].push_back(e["cpu_time"].get<double>() * ns);
-    }
+    ATTNKIT_ASSIGN_OR_RETURN(const std::optional<double> real,
+                             rd.Number(e, where, "real_time", false));
+    if (!real) return rd.Error(where, "has no numeric real_time");
+    ATTNKIT_ASSIGN_OR_RETURN(const std::optional<double> cpu,
+                             rd.Number(e, where, "cpu_time", true));
+    s.metrics[std::string(kTimeMetric)].push_back(*real * *ns);
+    if (cpu) s.metrics["cpu_time_ns"].push_back(*cpu * *ns);
     for (auto it = e.begin(); it != e.end(); ++it) {
-      if (NonCounterFields().count(it.key()) != 0 || !it->is_number()) {
+      if (NonCounterFields().count(it.key()) != 0) continue;
+      // A counter is a number (null: Google Benchmark's NaN or Infinity, no
+      // sample). Other values are fields of a newer Google Benchmark -- but
+      // not under the name of a gated counter, which would silently leave
+      // the gate.
+      if (!it->is_number() && !(IsExactMetric(it.key()) && !it->is_null())) {
         continue;
       }
-      s.metrics[it.key()].push_back(it->get<double>());
+      ATTNKIT_ASSIGN_OR_RETURN(const std::optional<double> v,
+                               rd.Number(e, where, it.key(), true));
+      if (v) s.metrics[it.key()].push_back(*v);
     }
+  }
+  if (iterations == 0) {
+    return Status::InvalidArgument(
+        "benchmark json: " + source +
+        " holds no benchmark repetitions (no 'benchmarks' entry of run_type "
+        "iteration; written with --benchmark_report_aggregates_only?)");
   }
   return run;
 }
 
+}  // namespace
+
+StatusOr<RunData> ParseGoogleBenchmarkJson(std::string_view text,
+                                           std::string source) {
+  // Every field is checked before it is read; this is the net under that
+  // (nlohmann throws on a wrong type), so no input can abort the tool.
+  try {
+    return ParseDocument(text, source);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("benchmark json: " + source + ": " +
+                                   e.what());
+  }
+}
+
 StatusOr<RunData> ReadGoogleBenchmarkJsonFile(const std::string& path) {
-  std::ifstream in(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument("benchmark json: " + path +
+                                   " is a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound("benchmark json: cannot open " + path);
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) {
+    return Status::InvalidArgument("benchmark json: cannot read " + path);
+  }
   return ParseGoogleBenchmarkJson(ss.str(), path);
 }
 
@@ -203,6 +432,60 @@ bool RandomInterleavingRequested(int argc, const char* const* argv,
     }
   }
   return on;
+}
+
+std::string TerminalSafe(std::string_view s, bool keep_newlines) {
+  std::string out;
+  out.reserve(s.size());
+  char buf[16];
+  auto byte_escape = [&](unsigned char c) {
+    std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+    out += buf;
+  };
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if ((c < 0x20 && !(keep_newlines && c == '\n')) || c == 0x7f) {
+        byte_escape(c);
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length and code point, or an invalid byte.
+    const size_t len = c >= 0xf0 && c < 0xf5   ? 4
+                       : c >= 0xe0 && c < 0xf0 ? 3
+                       : c >= 0xc2 && c < 0xe0 ? 2
+                                               : 0;
+    bool valid = len != 0 && i + len <= s.size();
+    uint32_t cp = len == 2 ? c & 0x1fu : len == 3 ? c & 0x0fu : c & 0x07u;
+    for (size_t k = 1; valid && k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      valid = (cc & 0xc0u) == 0x80u;
+      cp = (cp << 6) | (cc & 0x3fu);
+    }
+    // Overlong 3- and 4-byte forms, surrogates, beyond U+10FFFF.
+    if (valid && ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) ||
+                  (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))) {
+      valid = false;
+    }
+    if (!valid) {
+      byte_escape(c);
+      ++i;
+      continue;
+    }
+    if ((cp >= 0x80 && cp < 0xa0) || (cp >= 0x202a && cp <= 0x202e) ||
+        (cp >= 0x2066 && cp <= 0x2069)) {
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+    } else {
+      out.append(s.substr(i, len));
+    }
+    i += len;
+  }
+  return out;
 }
 
 std::string ToGoogleBenchmarkJson(const RunData& run) {

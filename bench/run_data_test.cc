@@ -92,10 +92,158 @@ TEST(RunDataTest, RejectsMalformedInput) {
       R"({"benchmarks": [{"name": "a", "real_time": 1, "time_unit": "min"}]})",
       "x.json");
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("time_unit='min'"), std::string::npos);
-  r = ParseGoogleBenchmarkJson(R"({"benchmarks": [{"name": "a"}]})", "x.json");
-  EXPECT_NE(r.status().message().find("'a' has no numeric real_time"),
+  EXPECT_NE(r.status().message().find(R"('time_unit' is "min")"),
             std::string::npos);
+  r = ParseGoogleBenchmarkJson(R"({"benchmarks": [{"name": "a"}]})", "x.json");
+  EXPECT_NE(r.status().message().find("'a': has no numeric real_time"),
+            std::string::npos);
+}
+
+// Issue 16: a field of the wrong type aborted the tool with an uncaught
+// nlohmann type_error. Every field the reader reads, each with a bad value:
+// a Status naming the file, the benchmark (index and name) and the field
+// with its value.
+TEST(RunDataTest, EveryFieldOfTheWrongTypeIsAStatusNamingFileEntryAndValue) {
+  struct Case {
+    const char* entry;  // the fields of benchmarks[1] after its name
+    std::vector<std::string> expected;
+  };
+  const Case cases[] = {
+      {R"("run_type": 5)", {"benchmarks[1] 'b'", "'run_type' is 5"}},
+      {R"("run_type": "median")",
+       {"benchmarks[1] 'b'", R"('run_type' is "median")", "iteration"}},
+      {R"("run_name": 5)", {"benchmarks[1]", "'run_name' is 5"}},
+      {R"("run_name": ["b"])", {"benchmarks[1]", R"('run_name' is ["b"])"}},
+      {R"("time_unit": 7, "real_time": 1)",
+       {"benchmarks[1] 'b'", "'time_unit' is 7"}},
+      {R"("time_unit": "min", "real_time": 1)",
+       {"benchmarks[1] 'b'", R"('time_unit' is "min")", "ns, us, ms, s"}},
+      {R"("error_occurred": "yes")",
+       {"benchmarks[1] 'b'", R"('error_occurred' is "yes")"}},
+      {R"("error_occurred": true, "error_message": 3)",
+       {"benchmarks[1] 'b'", "'error_message' is 3"}},
+      {R"("real_time": "fast")",
+       {"benchmarks[1] 'b'", R"('real_time' is "fast")"}},
+      {R"("real_time": null)", {"benchmarks[1] 'b'", "'real_time' is null"}},
+      {R"("real_time": -1)", {"benchmarks[1] 'b'", "'real_time' is -1"}},
+      {R"("real_time": {"v": 1})",
+       {"benchmarks[1] 'b'", R"('real_time' is {"v":1})"}},
+      {R"("real_time": 1, "cpu_time": "x")",
+       {"benchmarks[1] 'b'", R"('cpu_time' is "x")"}},
+      // A gated counter of the wrong type would silently leave the gate.
+      {R"("real_time": 1, "allocs_per_step": "3")",
+       {"benchmarks[1] 'b'", R"('allocs_per_step' is "3")"}},
+      {R"("real_time": 1, "bytes_copied_per_step": true)",
+       {"benchmarks[1] 'b'", "'bytes_copied_per_step' is true"}},
+      {R"("real_time": 1, "GBps": -2.5)",
+       {"benchmarks[1] 'b'", "'GBps' is -2.5"}},
+      {R"("real_time": 1e400)",
+       {"line 3", "field 'real_time' is 1e400", "beyond the range"}},
+      {R"("real_time": 1, "GBps": -1e999)",
+       {"line 3", "field 'GBps' is -1e999"}},
+  };
+  for (const Case& c : cases) {
+    const std::string text = std::string(R"({"benchmarks": [
+  {"name": "a", "real_time": 1},
+  {"name": "b", )") + c.entry +
+                             "}]}";
+    StatusOr<RunData> r = ParseGoogleBenchmarkJson(text, "hostile.json");
+    ASSERT_FALSE(r.ok()) << c.entry;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.entry;
+    const std::string m(r.status().message());
+    EXPECT_NE(m.find("hostile.json"), std::string::npos) << m;
+    for (const std::string& e : c.expected) {
+      EXPECT_NE(m.find(e), std::string::npos) << c.entry << "\n  " << m;
+    }
+  }
+}
+
+TEST(RunDataTest, WrongShapesAndContextFieldsAreStatuses) {
+  const std::pair<const char*, std::vector<std::string>> cases[] = {
+      {"[]", {"the document is an array"}},
+      {"5", {"the document is a number"}},
+      {"null", {"the document is null"}},
+      {R"("benchmarks")", {"the document is a string"}},
+      {R"({"benchmarks": {}})", {"'benchmarks' is {}"}},
+      {R"({"benchmarks": 3})", {"'benchmarks' is 3"}},
+      {R"({"benchmarks": [5]})", {"benchmarks[0]: is 5"}},
+      {R"({"benchmarks": [{"real_time": 1}]})",
+       {"benchmarks[0]: has no 'run_name' or 'name'"}},
+      {R"({"benchmarks": []})", {"holds no benchmark repetitions"}},
+      {R"({"benchmarks": [{"name": "a_mean", "run_name": "a",
+           "run_type": "aggregate", "real_time": 1}]})",
+       {"holds no benchmark repetitions", "aggregates_only"}},
+      {R"({"context": 5, "benchmarks": [{"name": "a", "real_time": 1}]})",
+       {"'context' is 5"}},
+      {R"({"context": {"date": 5},
+           "benchmarks": [{"name": "a", "real_time": 1}]})",
+       {"context: field 'date' is 5"}},
+      {R"({"context": {"git_sha": {"x": 1}},
+           "benchmarks": [{"name": "a", "real_time": 1}]})",
+       {R"(context: field 'git_sha' is {"x":1})"}},
+      {R"({"context": {"host_name": null},
+           "benchmarks": [{"name": "a", "real_time": 1}]})",
+       {"context: field 'host_name' is null"}},
+      {R"({"context": {"git_dirty": 1},
+           "benchmarks": [{"name": "a", "real_time": 1}]})",
+       {"context: field 'git_dirty' is 1"}},
+      {R"({"context": {"attnkit_quick": false},
+           "benchmarks": [{"name": "a", "real_time": 1}]})",
+       {"context: field 'attnkit_quick' is false"}},
+      {"", {"is not JSON (empty file)"}},
+  };
+  for (const auto& [text, expected] : cases) {
+    StatusOr<RunData> r = ParseGoogleBenchmarkJson(text, "shape.json");
+    ASSERT_FALSE(r.ok()) << text;
+    const std::string m(r.status().message());
+    EXPECT_NE(m.find("shape.json"), std::string::npos) << m;
+    for (const std::string& e : expected) {
+      EXPECT_NE(m.find(e), std::string::npos) << text << "\n  " << m;
+    }
+  }
+  // Huge numbers that a double holds are numbers; fields the reader does not
+  // read may hold anything.
+  auto r = ParseGoogleBenchmarkJson(
+      R"({"benchmarks": [{"name": "a", "real_time": 123456789012345678901234567890,
+          "iterations": 99999999999999999999999999, "threads": "x",
+          "label": 7, "new_field_of_a_later_version": {"k": [1]}}]})",
+      "big.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->benchmarks.at("a").metrics.at(std::string(kTimeMetric)),
+            std::vector<double>{1.2345678901234568e29});
+}
+
+// Every prefix of a real file (a run cut short by a full disk or a killed
+// benchmark) is a Status naming the file, never a crash or a partial run.
+TEST(RunDataTest, EveryTruncationIsAStatus) {
+  const std::string text = kJson;
+  for (size_t n = 0; n < text.size(); ++n) {
+    StatusOr<RunData> r =
+        ParseGoogleBenchmarkJson(text.substr(0, n), "cut.json");
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_NE(r.status().message().find("cut.json"), std::string::npos)
+        << r.status().ToString();
+  }
+}
+
+TEST(RunDataTest, TerminalSafeEscapesControlsBidiAndBadUtf8) {
+  EXPECT_EQ(TerminalSafe("decode/x/kv_len:512"), "decode/x/kv_len:512");
+  EXPECT_EQ(TerminalSafe("a\x1b[31mred\x1b[0m"), "a\\x1b[31mred\\x1b[0m");
+  EXPECT_EQ(TerminalSafe(std::string_view("n\0l", 3)), "n\\x00l");
+  EXPECT_EQ(TerminalSafe("a\nb\r\t\x7f"), "a\\x0ab\\x0d\\x09\\x7f");
+  EXPECT_EQ(TerminalSafe("a\nb", /*keep_newlines=*/true), "a\nb");
+  EXPECT_EQ(TerminalSafe("csi\xc2\x9b"
+                         "2J"),
+            "csi\\u009b2J");  // C1 CSI
+  EXPECT_EQ(TerminalSafe("\xe2\x80\xae"
+                         "evil"),
+            "\\u202eevil");                              // RLO
+  EXPECT_EQ(TerminalSafe("\xe2\x81\xa6x"), "\\u2066x");  // LRI
+  EXPECT_EQ(TerminalSafe("bad\xff\xc3"), "bad\\xff\\xc3");
+  EXPECT_EQ(TerminalSafe("\xc0\xaf"), "\\xc0\\xaf");  // overlong '/'
+  // Printable UTF-8 passes: e-acute, CJK, an emoji.
+  EXPECT_EQ(TerminalSafe("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80"),
+            "caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x98\x80");
 }
 
 TEST(RunDataTest, ReadsTheRandomInterleavingFlagAsGoogleBenchmarkDoes) {
