@@ -410,12 +410,14 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
   e.Add("oracle f64 output (" + shape +
             " x q=" + std::to_string(static_cast<int64_t>(mq)) + dim + ")",
         {b, hq, mq, d, 8});
-  // The naive reference materializes S = [q_len, kv_len] per head, plus
-  // f32 copies of one head's q, k, v.
+  // The naive reference materializes S = [q_len, kv_len] per head, and
+  // widens one head's bf16 q, k, v to f32 (f32 is mapped in place).
   e.Add("reference S (q=" + std::to_string(static_cast<int64_t>(mq)) +
             " x kv=" + std::to_string(p.max_kv_len()) + ")",
         {mq, cap, 4});
-  e.Add("reference q/k/v scratch", {mq + 2 * cap, d, 4});
+  if (p.dtype == DType::kBF16) {
+    e.Add("reference bf16 q/k/v widened", {mq + 2 * cap, d, 4});
+  }
   if (c.decode_steps > 0) {
     e.Add("kv caches (" + std::to_string(backends) + " backend(s) x 2 x " +
               kv_shape + cap_s + dim + ")",
