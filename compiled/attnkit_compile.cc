@@ -19,6 +19,13 @@
 #include "compiled/aot.h"
 #include "compiled/ir_builder.h"
 #include "compiled/pipeline.h"
+#include "runtime/limits.h"
+#include "runtime/parse.h"
+#include "runtime/problem.h"
+
+#include <cstdlib>
+#include <new>
+#include <string_view>
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -32,6 +39,7 @@
 #include "llvm/Support/ToolOutputFile.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -71,8 +79,9 @@ static cl::opt<int64_t> qLen("q-len",
                              cl::desc("selects the decode (< 4) or prefill "
                                       "kernel; the IR has dynamic lengths"),
                              cl::init(16));
-static cl::opt<int64_t> kvLen("kv-len", cl::desc("ignored by the IR"),
-                              cl::init(1));
+static cl::opt<int64_t> kvLen("kv-len",
+                              cl::desc("ignored by the IR (default: --q-len)"),
+                              cl::init(16));
 static cl::opt<int64_t>
     queryTile("query-tile",
               cl::desc("query rows per tile (default: what the backend uses "
@@ -88,32 +97,59 @@ static cl::opt<bool> printAfterAll("print-ir-after-all",
                                    cl::desc("print the IR after every pass"),
                                    cl::init(false));
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
-  cl::ParseCommandLineOptions(argc, argv, "attnkit stage dumper\n");
+// Tiles the tool builds: the backend uses query tiles of 1 and 16 and KV
+// tiles of 64; larger ones only grow the IR (a tile of 10^9 rows exhausts
+// LLVM's memory), so both are capped.
+static constexpr int64_t kMaxQueryTile = 256;
+static constexpr int64_t kMaxKvTile = 4096;
+
+// What the tool is doing, for its last resort when an allocation fails.
+static const char *activity = "parsing the flags";
+
+static int run(int argc, char **argv) {
   auto fail = [](const llvm::Twine &msg) {
     llvm::errs() << "attnkit-compile: " << msg << "\n";
-    return 2;
+    return kExitUsage;
   };
+  // A flag LLVM's parser rejects is bad usage too (exit 2, not 1).
+  std::string parseErrors;
+  llvm::raw_string_ostream parseErrorStream(parseErrors);
+  if (!cl::ParseCommandLineOptions(argc, argv, "attnkit stage dumper\n",
+                                   &parseErrorStream)) {
+    parseErrorStream.flush();
+    llvm::errs() << parseErrors;
+    return kExitUsage;
+  }
   const bool emitLlvmIr = emitOpt == kLlvmIr;
   std::optional<Stage> stage =
       emitLlvmIr ? Stage::kLLVM : kStageNames.Parse(emitOpt);
   if (!stage)
     return fail("--emit=" + emitOpt + ": not " + emitNames);
   int64_t kvh = kvHeads == 0 ? heads : kvHeads;
-  if (heads <= 0 || kvh <= 0 || heads % kvh != 0)
-    return fail("--heads must be a positive multiple of --kv-heads");
-  if (headDim <= 0)
-    return fail("--head-dim must be positive");
+  if (queryTile < 1 || queryTile > kMaxQueryTile)
+    return fail("--query-tile=" + std::to_string(queryTile.getValue()) +
+                ": not in [1, " + std::to_string(kMaxQueryTile) + "]");
+  if (kvTile < 1 || kvTile > kMaxKvTile)
+    return fail("--kv-tile=" + std::to_string(kvTile.getValue()) +
+                ": not in [1, " + std::to_string(kMaxKvTile) + "]");
   KernelSpec spec;
-  spec.headDim = headDim;
-  spec.group = heads / kvh;
   // --mask window:W: W is a run-time argument, the kernel is the same.
   const std::string maskArg = maskOpt;
   const std::string maskName = maskArg.substr(0, maskArg.find(':'));
   std::optional<MaskKind> mask = ParseMaskKind(maskName);
   if (!mask || (maskName != maskArg && *mask != MaskKind::kWindow))
     return fail("--mask=" + maskArg + ": not " + maskNames);
+  // window:W names its width (an integer >= 1); a bare window, the kernel.
+  int64_t window = *mask == MaskKind::kWindow ? 1 : 0;
+  if (maskName != maskArg) {
+    std::optional<int64_t> w =
+        ParseInt64(std::string_view(maskArg).substr(maskName.size() + 1));
+    if (!w || *w < 1)
+      return fail("--mask=" + maskArg +
+                  ": the window W of window:W is not "
+                  "an integer >= 1");
+    window = *w;
+  }
   spec.mask = *mask;
   std::optional<DType> dtype = ParseDType(dtypeOpt);
   if (!dtype)
@@ -123,6 +159,28 @@ int main(int argc, char **argv) {
   if (!layout)
     return fail("--layout=" + layoutOpt + ": not " + layoutNames);
   spec.vTransposed = *layout == KvLayout::kTransposedV;
+  // The runtime's limits (head_dim <= kMaxHeadDim, kv heads dividing the
+  // heads, lengths >= 0 and their sizes within int64, ...): the problem
+  // these flags describe must be one the runtime accepts.
+  AttentionProblem problem;
+  problem.batch = batch;
+  problem.q_heads = heads;
+  problem.kv_heads = kvh;
+  problem.head_dim = headDim;
+  problem.mask = *mask;
+  problem.window = window;
+  problem.dtype = *dtype;
+  problem.layout = *layout;
+  if (batch < 1 || batch > (int64_t{1} << 20))
+    return fail("--batch=" + std::to_string(batch.getValue()) +
+                ": not in [1, 2^20]");
+  problem.q_lens.assign(static_cast<size_t>(batch), qLen);
+  problem.kv_lens.assign(static_cast<size_t>(batch),
+                         kvLen.getNumOccurrences() ? kvLen : qLen);
+  if (Status s = problem.Validate(); !s.ok())
+    return fail("the problem of these flags: " + s.message());
+  spec.headDim = headDim;
+  spec.group = heads / kvh;
 
   spec.queryTile =
       queryTile.getNumOccurrences() ? queryTile : queryTileFor(qLen);
@@ -131,6 +189,7 @@ int main(int argc, char **argv) {
     return 0;
   }
 
+  activity = "building and lowering the kernel";
   mlir::DialectRegistry registry;
   registerCompiledDialects(registry);
   mlir::registerAllToLLVMIRTranslations(registry);
@@ -165,4 +224,22 @@ int main(int argc, char **argv) {
   }
   out->keep();
   return 0;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  // The last resort, LLVM's allocations and ours: every size is checked
+  // before the IR is built, so this is one the limits missed.
+  llvm::install_bad_alloc_error_handler([](void *, const char *reason, bool) {
+    llvm::errs() << "attnkit-compile: out of memory (" << reason << ") while "
+                 << activity << "\n";
+    std::_Exit(kExitFinding);
+  });
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc &) {
+    llvm::errs() << "attnkit-compile: out of memory (std::bad_alloc) while "
+                 << activity << "\n";
+    return kExitFinding;
+  }
 }

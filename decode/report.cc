@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "runtime/accounting.h"
 #include "runtime/flags.h"
 #include "runtime/interrupt.h"
+#include "runtime/limits.h"
 #include "runtime/parse.h"
 #include "runtime/report_file.h"
 #include "runtime/stats.h"
@@ -25,23 +27,6 @@ Status BadFlag(std::string_view flag, std::string_view value,
                std::string_view why) {
   return Status::InvalidArgument(std::string(flag) + "=" + std::string(value) +
                                  ": " + std::string(why));
-}
-
-std::string HumanBytes(double b) {
-  if (b < 0) return "n/a";
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0) {
-    std::snprintf(buf, sizeof(buf), "%.0f B", b);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.1f %s", b, units[u]);
-  }
-  return buf;
 }
 
 DecodeReportRow Summarize(const DecodeSession& s, int64_t kv_len) {
@@ -280,6 +265,16 @@ FlagParser DecodeFlags(DecodeReportOptions& o, DecodeFlagState& st) {
                "append_kv hook, if any, is the in-place KV update being\n"
                "metered); repeatable; alone, only the plug-ins run",
                "needs a file name")
+      .Custom("--max-memory", "BYTES",
+              "refuse a configuration whose estimated memory (KV cache\n"
+              "or naive contexts, prefill staging, outputs) exceeds this;\n"
+              "K, M, G, T suffixes (default: 80% of MemAvailable)",
+              [&o](std::string_view value) -> std::string {
+                const auto n = ParseByteSize(value);
+                if (!n) return "not a byte count in [1, 2^62] (e.g. 512M, 4G)";
+                o.max_memory_bytes = *n;
+                return "";
+              })
       .Uint64("--seed", &c.seed, "(default 1)")
       .NonEmptyString("--json", &o.json_path, "FILE",
                       "also write the rows as JSON");
@@ -300,6 +295,7 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
   FlagParser flags = DecodeFlags(o, st);
   ATTNKIT_RETURN_IF_ERROR(flags.Parse(argc, argv));
   o.help = flags.help();
+  if (!flags.Seen("--max-memory")) o.max_memory_bytes = DefaultMaxMemory();
   if (!st.selected.empty() || !st.plugins.empty()) {
     // The registry resolves plug-ins for every tool; each is loaded once
     // there, so a bad library is a flag error, and every session then makes
@@ -331,9 +327,70 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
   return o;
 }
 
+MemoryEstimate DecodeReportMemory(const DecodeConfig& config) {
+  MemoryEstimate naive = config.Memory(DecodeMode::kNaiveConcat);
+  MemoryEstimate in_place = config.Memory(DecodeMode::kInPlace);
+  // One session at a time; the report keeps the naive outputs and copies
+  // the in-place ones to compare them.
+  MemoryEstimate e = naive.total() >= in_place.total() ? std::move(naive)
+                                                       : std::move(in_place);
+  e.Add(
+      "report's output copies (2 x " + std::to_string(config.steps) +
+          " steps x " + std::to_string(config.layers) + " layers x " +
+          std::to_string(config.batch) + " batch x " +
+          std::to_string(config.q_heads) + " q_heads x " +
+          std::to_string(config.head_dim) + " head_dim x f32)",
+      {2, static_cast<double>(config.steps), static_cast<double>(config.layers),
+       static_cast<double>(config.batch), static_cast<double>(config.q_heads),
+       static_cast<double>(config.head_dim), 4});
+  return e;
+}
+
+namespace {
+
+// Whether `backend` supports both sessions of `c`: OK, or its reason
+// (INTERNAL when it could not be made or Supports threw: a failure, not a
+// skip).
+Status BackendSupports(const DecodeBackend& backend, const DecodeConfig& c) {
+  auto made =
+      backend.make ? backend.make() : backends::MakeBackend(backend.name);
+  if (!made.ok()) {
+    return Status::Internal("cannot make the backend: " +
+                            made.status().ToString());
+  }
+  for (DecodeMode mode : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
+    Status s;
+    try {
+      s = (*made)->Supports(c.LargestProblem(mode));
+    } catch (const std::exception& e) {
+      s = Status::Internal(std::string("Supports threw: ") + e.what());
+    }
+    if (!s.ok()) {
+      return Status(s.code(),
+                    std::string(DecodeModeName(mode)) + ": " + s.message());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
                                        std::FILE* log) {
   DecodeReport report;
+  // Every configuration is validated and its memory estimated before any
+  // runs: a refusal costs nothing and names the sizes.
+  for (const int64_t len : options.start_lens) {
+    DecodeConfig c = options.config;
+    c.start_len = len;
+    c.start_lens.clear();
+    ATTNKIT_RETURN_IF_ERROR(c.Validate());
+    if (options.max_memory_bytes > 0) {
+      ATTNKIT_RETURN_IF_ERROR(DecodeReportMemory(c).Check(
+          options.max_memory_bytes,
+          "decode configuration kv_len=" + std::to_string(len)));
+    }
+  }
   const bool counting = accounting::AllocHooksInstalled();
   if (!counting) {
     report.failures.push_back(
@@ -362,6 +419,18 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
           " dtype=" + std::string(DTypeName(c.dtype)) +
           " layout=" + std::string(KvLayoutName(c.layout)) +
           " backend=" + c.backend;
+      SetActivity("running the decode report at " + where);
+      // A backend that declines the configuration is skipped with its
+      // reason, not failed.
+      if (Status s = BackendSupports(backend, c); !s.ok()) {
+        if (s.code() == StatusCode::kInternal) {  // could not even ask
+          report.failures.push_back(where + ": " + s.ToString());
+        } else {
+          report.skipped.push_back(where + ": " + s.ToString());
+        }
+        continue;
+      }
+      ++report.compared;
       std::vector<float> naive_out;
       std::vector<reference::Truth> truths;
       for (DecodeMode mode : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
@@ -513,9 +582,15 @@ std::string FormatDecodeTable(const DecodeReport& report,
   for (const std::string& f : report.failures) {
     os << "decode: FAIL " << f << "\n";
   }
+  for (const std::string& s : report.skipped) {
+    os << "decode: SKIP " << s << "\n";
+  }
   if (report.interrupted) {
     os << "decode: INTERRUPTED before every row ran (no verdict on the "
           "rest)\n";
+  } else if (report.failures.empty() && report.nothing_compared()) {
+    os << "decode: NOTHING COMPARED (every configuration was skipped; exit "
+       << kExitNothingChecked << ")\n";
   } else if (report.failures.empty()) {
     os << "decode: PASS (in place: 0 allocations after the first step, "
           "exactly new_token_bytes copied per step, outputs match naive and "
@@ -561,12 +636,16 @@ std::string DecodeReportJson(const DecodeReport& report,
                                         {"seed", c.seed}}},
                                       {"interrupted", report.interrupted},
                                       {"rows", rows},
-                                      {"failures", report.failures}};
+                                      {"failures", report.failures},
+                                      {"skipped", report.skipped}};
   // dump() writes a non-finite number (a median of no steps) as null.
   return doc.dump(2) + "\n";
 }
 
-int DecodeMain(int argc, char** argv) {
+namespace {
+
+int DecodeMainImpl(int argc, char** argv) {
+  SetActivity("parsing the flags");
   auto options = ParseDecodeFlags(argc, argv);
   if (!options.ok()) {
     std::fprintf(stderr, "decode: %s\n", options.status().message().c_str());
@@ -592,7 +671,12 @@ int DecodeMain(int argc, char** argv) {
   auto report = RunDecodeReport(*options, stderr);
   if (!report.ok()) {
     std::fprintf(stderr, "decode: %s\n", report.status().ToString().c_str());
-    return 1;
+    // A configuration the limits refuse is the flags' to change.
+    const StatusCode code = report.status().code();
+    return code == StatusCode::kResourceExhausted ||
+                   code == StatusCode::kInvalidArgument
+               ? kExitUsage
+               : kExitFinding;
   }
   std::fputs(FormatDecodeTable(*report, *options).c_str(), stdout);
   if (json) {
@@ -609,7 +693,24 @@ int DecodeMain(int argc, char** argv) {
                  sig);
     return ExitStatusForSignal(sig);
   }
-  return report->failures.empty() ? 0 : 1;
+  if (!report->failures.empty()) return kExitFinding;
+  return report->nothing_compared() ? kExitNothingChecked : kExitPass;
+}
+
+}  // namespace
+
+int DecodeMain(int argc, char** argv) {
+  // The last resort: every size is estimated and checked before it is
+  // allocated, so this is an allocation the estimates missed.
+  try {
+    return DecodeMainImpl(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "decode: out of memory (std::bad_alloc) while %s; lower the "
+                 "sizes or --max-memory\n",
+                 Activity().c_str());
+    return kExitFinding;
+  }
 }
 
 }  // namespace attnkit::decode

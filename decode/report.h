@@ -39,6 +39,12 @@ struct DecodeReportOptions {
   // Polled before each (backend, context length): nonzero stops the report
   // (runtime/interrupt.h's StopSignal for SIGINT/SIGTERM).
   const std::atomic<int>* stop = nullptr;
+  // Every configuration's memory estimate (DecodeConfig::Memory, the larger
+  // mode, plus the report's copies of the outputs) is held to this before
+  // anything runs; over it, RunDecodeReport returns RESOURCE_EXHAUSTED
+  // naming the configuration and the bytes. 0: no limit (the flag's default
+  // is DefaultMaxMemory()).
+  int64_t max_memory_bytes = 0;
   bool help = false;
 };
 
@@ -77,6 +83,14 @@ struct DecodeReport {
   // Stopped by options.stop before every row ran: the rows are the ones
   // that did.
   bool interrupted = false;
+  // One line per configuration a backend's Supports() declined, with its
+  // reason: not run, not a failure -- but a report whose every
+  // configuration was skipped compared nothing (nothing_compared()).
+  std::vector<std::string> skipped;
+  // Configurations (backend x context length) run in both modes and
+  // compared.
+  int64_t compared = 0;
+  bool nothing_compared() const { return compared == 0; }
 };
 
 // Runs every context length in both modes. Progress lines go to `log`
@@ -90,13 +104,18 @@ std::string FormatDecodeTable(const DecodeReport& report,
 // {"schema": "attnkit.decode.v1", "config": {...}, "rows": [{backend, mode,
 // kv_len, allocs_per_step, bytes_allocated_per_step, bytes_copied_per_step,
 // new_token_bytes, append_us, attention_us, step_us, peak_bytes}, ...],
-// "failures": [...]}, keys in that order. Non-finite numbers are written as
-// null (JSON has neither NaN nor Inf).
+// "failures": [...], "skipped": [...]}, keys in that order. Non-finite numbers
+// are written as null (JSON has neither NaN nor Inf).
 std::string DecodeReportJson(const DecodeReport& report,
                              const DecodeReportOptions& options);
 
+// The memory estimate of one configuration of the report: the larger of
+// its two sessions, plus the outputs the report copies to compare them.
+MemoryEstimate DecodeReportMemory(const DecodeConfig& config);
+
 // The whole command: 0 when every guarantee holds, 1 when one is broken or
-// the run failed, 2 for bad flags.
+// the run failed, 2 for bad flags or a configuration over --max-memory,
+// 4 (kExitNothingChecked) when every configuration was skipped.
 int DecodeMain(int argc, char** argv);
 
 }  // namespace attnkit::decode

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -75,6 +76,77 @@ TEST(DecodeReportTest, BadFlagsNameTheFlagAndValue) {
   std::string bad = "--dtype=f64";
   char* argv[] = {bad.data()};
   EXPECT_EQ(DecodeMain(1, argv), 2);
+}
+
+// A backend that declines every problem, as a correct plug-in declines a
+// head_dim it has no kernel for.
+class DecliningBackend : public Backend {
+ public:
+  std::string_view name() const override { return "declines"; }
+  Status Supports(const AttentionProblem& p) const override {
+    return Status::Unimplemented("head_dim=" + std::to_string(p.head_dim) +
+                                 " has no kernel");
+  }
+  Status Attention(const AttentionProblem&, const AttentionArgs&) override {
+    return Status::Internal("must not be called: Supports() declined");
+  }
+};
+
+DecodeBackend Declining() {
+  return {"declines", {}, []() -> StatusOr<std::unique_ptr<Backend>> {
+            return std::unique_ptr<Backend>(new DecliningBackend);
+          }};
+}
+
+TEST(DecodeReportTest, ConfigurationsOverMaxMemoryAreRefusedBeforeRunning) {
+  DecodeReportOptions o;
+  o.config.head_dim = 16;
+  o.config.steps = 2;
+  o.start_lens = {8, int64_t{1} << 30};
+  o.max_memory_bytes = int64_t{1} << 30;
+  auto report = RunDecodeReport(o, nullptr);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(report.status().message().find(
+                "decode configuration kv_len=1073741824 needs an estimated"),
+            std::string::npos)
+      << report.status().message();
+  EXPECT_NE(report.status().message().find("--max-memory=1073741824"),
+            std::string::npos);
+  std::string a = "--start-len=1073741824", b = "--max-memory=1G";
+  char* argv[] = {a.data(), b.data()};
+  EXPECT_EQ(DecodeMain(2, argv), 2);
+}
+
+TEST(DecodeReportTest, DeclinedConfigurationsAreSkippedNotFailed) {
+  DecodeReportOptions o;
+  o.config.q_heads = 2;
+  o.config.kv_heads = 1;
+  o.config.head_dim = 8;
+  o.config.steps = 2;
+  o.start_lens = {8};
+  o.backends = {Declining()};
+  auto report = RunDecodeReport(o, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->failures.empty()) << report->failures.front();
+  ASSERT_EQ(report->skipped.size(), 1u);
+  EXPECT_NE(report->skipped[0].find(
+                "UNIMPLEMENTED: naive_concat: head_dim=8 has no kernel"),
+            std::string::npos)
+      << report->skipped[0];
+  EXPECT_TRUE(report->nothing_compared());
+  const std::string table = FormatDecodeTable(*report, o);
+  EXPECT_NE(table.find("decode: SKIP"), std::string::npos) << table;
+  EXPECT_NE(table.find("decode: NOTHING COMPARED"), std::string::npos);
+  EXPECT_EQ(table.find("decode: PASS"), std::string::npos) << table;
+
+  // Beside a backend that runs, the report compares that one.
+  o.backends.push_back({"reference", backends::TraitsOf("reference"), {}});
+  report = RunDecodeReport(o, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->failures.empty()) << report->failures.front();
+  EXPECT_EQ(report->compared, 1);
+  EXPECT_FALSE(report->nothing_compared());
 }
 
 TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
@@ -217,8 +289,8 @@ TEST(DecodeReportTest, OutputsAreHeldToTheOracleWithTheToleranceModel) {
   auto bad = RunDecodeReport(ShiftedRun(5e-5f), nullptr);
   ASSERT_TRUE(bad.ok()) << bad.status().ToString();
   // Both modes run the shifted attention; they agree with each other.
-  ASSERT_EQ(bad->failures.size(), 2u)
-      << bad->failures[0] << "\n" << bad->failures.back();
+  ASSERT_EQ(bad->failures.size(), 2u) << bad->failures[0] << "\n"
+                                      << bad->failures.back();
   for (int i = 0; i < 2; ++i) {
     EXPECT_NE(bad->failures[i].find(
                   std::string(i == 0 ? "naive_concat" : "in_place") +

@@ -5,6 +5,7 @@
 
 #include "backends/registry.h"
 #include "reference/concat_kv.h"
+#include "runtime/limits.h"
 #include "runtime/random.h"
 
 namespace attnkit::decode {
@@ -69,7 +70,24 @@ Status DecodeConfig::Validate() const {
   }
   if (steps < 0) return bad(Field("steps", steps) + " is negative");
   if (capacity < 0) return bad(Field("capacity", capacity) + " is negative");
-  if (capacity > 0 && capacity < MaxStartLen() + steps) {
+  // Every size the session computes, in checked arithmetic: the context it
+  // reaches, the cache, the prefill staging, the kept outputs.
+  const auto reach = CheckedAdd(MaxStartLen(), steps);
+  if (!reach) {
+    return bad(Field("start_len", MaxStartLen()) + " + " +
+               Field("steps", steps) + " overflows int64");
+  }
+  const int64_t cap = capacity > 0 ? capacity : *reach;
+  if (!CheckedProduct({2, layers, batch, kv_heads, cap, head_dim, 4}) ||
+      !CheckedProduct(
+          {std::max<int64_t>(steps, 1), layers, batch, q_heads, head_dim, 4})) {
+    return Status::ResourceExhausted(
+        "decode: sizes overflow int64 bytes for " + Field("layers", layers) +
+        ", " + Field("batch", batch) + ", " + Field("q_heads", q_heads) + ", " +
+        Field("kv_heads", kv_heads) + ", " + Field("head_dim", head_dim) +
+        ", " + Field("capacity", cap) + ", " + Field("steps", steps));
+  }
+  if (capacity > 0 && capacity < *reach) {
     return bad(Field("capacity", capacity) + " is less than the longest " +
                Field("start_len", MaxStartLen()) + " + " +
                Field("steps", steps));
@@ -87,6 +105,59 @@ int64_t DecodeConfig::MaxStartLen() const {
 
 int64_t DecodeConfig::Capacity() const {
   return capacity > 0 ? capacity : MaxStartLen() + steps;
+}
+
+AttentionProblem DecodeConfig::LargestProblem(DecodeMode mode) const {
+  AttentionProblem p;
+  p.batch = mode == DecodeMode::kInPlace ? batch : 1;
+  p.q_heads = q_heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.dtype = dtype;
+  p.layout = mode == DecodeMode::kInPlace ? layout : KvLayout::kBHSD;
+  p.mask = MaskKind::kNone;  // q_len 1 at the end: sees every key
+  p.q_lens.assign(static_cast<size_t>(p.batch), 1);
+  p.kv_lens.assign(static_cast<size_t>(p.batch), Capacity());
+  return p;
+}
+
+MemoryEstimate DecodeConfig::Memory(DecodeMode mode) const {
+  const double l = static_cast<double>(layers);
+  const double b = static_cast<double>(batch);
+  const double hq = static_cast<double>(q_heads);
+  const double hkv = static_cast<double>(kv_heads);
+  const double d = static_cast<double>(head_dim);
+  const double es = static_cast<double>(DTypeSize(dtype));
+  // Capacity() in doubles: the sum may not fit (Validate says so).
+  const double cap = capacity > 0 ? static_cast<double>(capacity)
+                                  : static_cast<double>(MaxStartLen()) +
+                                        static_cast<double>(steps);
+  const std::string dims =
+      Field("layers", layers) + " x " + Field("batch", batch) + " x " +
+      Field("kv_heads", kv_heads) +
+      " x capacity=" + std::to_string(static_cast<int64_t>(cap)) + " x " +
+      Field("head_dim", head_dim) + " x " + std::string(DTypeName(dtype));
+  MemoryEstimate e;
+  if (mode == DecodeMode::kInPlace) {
+    e.Add("kv cache (2 x " + dims + ")", {2, l, b, hkv, cap, d, es});
+  } else {
+    // Every layer's concatenated context, plus the len+1 copy of one
+    // sequence's while it is being extended.
+    e.Add("naive concat contexts (2 x " + dims + ")",
+          {2, l, b, hkv, cap, d, es});
+    e.Add("naive concat copy of one sequence", {2, hkv, cap, d, es});
+  }
+  e.Add("prefill staging (2 x " + Field("batch", batch) + " x " +
+            Field("kv_heads", kv_heads) + " x " +
+            Field("start_len", MaxStartLen()) + " x " +
+            Field("head_dim", head_dim) + ")",
+        {2, b, hkv, static_cast<double>(MaxStartLen()), d, es});
+  e.Add("outputs (" + Field("steps", steps) + " x " + Field("layers", layers) +
+            " x " + Field("batch", batch) + " x " + Field("q_heads", q_heads) +
+            " x " + Field("head_dim", head_dim) + " x f32)",
+        {std::max(static_cast<double>(steps), 1.0), l, b, hq, d, 4});
+  e.Add("step inputs (q, new k, new v per layer)", {l, b, hq + 2 * hkv, d, es});
+  return e;
 }
 
 int64_t DecodeConfig::NewTokenBytes() const {
@@ -122,19 +193,10 @@ Status DecodeSession::Init() {
                                          ? c.make_backend()
                                          : backends::MakeBackend(c.backend));
 
-  problem_.batch = c.batch;
-  problem_.q_heads = c.q_heads;
-  problem_.kv_heads = c.kv_heads;
-  problem_.head_dim = c.head_dim;
-  problem_.dtype = c.dtype;
-  problem_.layout = c.layout;
-  problem_.mask = MaskKind::kNone;  // q_len 1 at the end: sees every key
-  problem_.q_lens.assign(static_cast<size_t>(c.batch), 1);
+  problem_ = c.LargestProblem(DecodeMode::kInPlace);
   const int64_t cap = c.Capacity();
-  problem_.kv_lens.assign(static_cast<size_t>(c.batch), cap);
-  // Size the backend for the longest context this session reaches, q_len 1:
-  // the whole batch in place, one sequence at a time in the naive mode.
-  AttentionProblem largest = problem_;
+  // Size the backend for the longest context this session reaches.
+  const AttentionProblem largest = c.LargestProblem(mode_);
   if (mode_ == DecodeMode::kInPlace) {
     KvCacheConfig kc;
     kc.layers = c.layers;
@@ -156,10 +218,6 @@ Status DecodeSession::Init() {
       naive_.emplace_back(c.batch, c.kv_heads, c.head_dim, c.dtype);
     }
     stepper_.emplace(Stepper::Naive(*backend_, naive_, problem_));
-    largest.batch = 1;
-    largest.layout = KvLayout::kBHSD;
-    largest.q_lens.resize(1);
-    largest.kv_lens.resize(1);
   }
   ATTNKIT_RETURN_IF_ERROR(backend_->ReserveWorkspace(largest));
 

@@ -28,6 +28,7 @@
 #include "runtime/backend.h"
 #include "runtime/enum_table.h"
 #include "runtime/kv_cache.h"
+#include "runtime/limits.h"
 #include "runtime/problem.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
@@ -74,6 +75,17 @@ struct DecodeConfig {
     return start_lens.empty() ? start_len : start_lens[b];
   }
   int64_t MaxStartLen() const;
+  // What a session of this configuration in `mode` holds at once: the KV
+  // cache (in place) or the concatenated contexts and the copy of one while
+  // it grows (naive), the prefill staging, the kept outputs, the step
+  // inputs. Backend workspaces are not included. Doubles: valid for any
+  // configuration, checked before anything is allocated.
+  MemoryEstimate Memory(DecodeMode mode) const;
+  // The attention problem of a session's last step in `mode` (q_len 1 over
+  // the whole capacity, no mask): the whole batch in place, one sequence of
+  // BHSD at a time in the naive mode. What a backend must support
+  // (Backend::Supports) and what it reserves its workspaces for.
+  AttentionProblem LargestProblem(DecodeMode mode) const;
   int64_t Capacity() const;
   // Bytes one step appends: K and V of one token, every layer, sequence and
   // kv head -- what the in-place mode copies per step, exactly.

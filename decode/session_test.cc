@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -218,6 +219,51 @@ TEST(DecodeSessionConfigTest, BadConfigIsNamed) {
   EXPECT_EQ(ParseDecodeMode("in_place"), DecodeMode::kInPlace);
   EXPECT_EQ(ParseDecodeMode("naive_concat"), DecodeMode::kNaiveConcat);
   EXPECT_FALSE(ParseDecodeMode("inplace").has_value());
+}
+
+// start_len + steps and the sizes derived from them are computed in
+// checked arithmetic: an overflow is an error naming the fields, never a
+// wrapped-around allocation.
+TEST(DecodeSessionConfigTest, SizesThatOverflowAreRefused) {
+  DecodeConfig c;
+  c.start_len = std::numeric_limits<int64_t>::max() - 1;
+  c.steps = 8;
+  Status s = c.Validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overflows int64"), std::string::npos)
+      << s.message();
+
+  c = DecodeConfig{};
+  c.layers = 4096;
+  c.batch = 4096;
+  c.q_heads = 4096;
+  c.kv_heads = 4096;
+  c.head_dim = 1024;
+  c.steps = int64_t{1} << 30;
+  s = c.Validate();
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("steps=1073741824"), std::string::npos)
+      << s.message();
+}
+
+TEST(DecodeSessionConfigTest, MemoryEstimateNamesTheCacheAndTheOutputs) {
+  DecodeConfig c;
+  c.layers = 4;
+  c.q_heads = 32;
+  c.kv_heads = 32;
+  c.head_dim = 128;
+  c.start_len = int64_t{1} << 30;
+  c.steps = 8;
+  const MemoryEstimate in_place = c.Memory(DecodeMode::kInPlace);
+  // 2 x 4 layers x 32 heads x (2^30 + 8) tokens x 128 x 4 bytes.
+  EXPECT_GE(in_place.total(), 2.0 * 4 * 32 * 1073741832.0 * 128 * 4);
+  EXPECT_GT(c.Memory(DecodeMode::kNaiveConcat).total(), in_place.total());
+  const Status s = in_place.Check(int64_t{16} << 30, "decode");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("kv cache (2 x layers=4 x batch=1 x kv_heads=32 "
+                             "x capacity=1073741832 x head_dim=128 x f32)"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST(DecodeModeTest, TableRoundTrips) {

@@ -6,6 +6,7 @@
 // bad usage.
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +29,7 @@
 #include "runtime/backend.h"
 #include "runtime/flags.h"
 #include "runtime/interrupt.h"
+#include "runtime/limits.h"
 #include "runtime/parse.h"
 #include "runtime/report_file.h"
 
@@ -59,6 +62,8 @@ struct Flags {
   std::string json_path, junit_path;
   std::optional<std::string> repro;
   std::vector<std::string> plugins;
+  int64_t max_memory = 0;  // set from DefaultMaxMemory() unless given
+  double max_work = kDefaultMaxWork;
 };
 
 std::vector<std::string> Split(std::string_view s, char sep) {
@@ -163,17 +168,44 @@ FlagParser CheckFlags(Flags& f) {
       .Strings("--plugin", &f.plugins, "lib.so",
                "load a kernel through plugin/attnkit_plugin.h (repeatable)",
                "needs a file name")
+      .Custom("--max-memory", "BYTES",
+              "refuse a case (or decode configuration) whose estimated\n"
+              "memory exceeds this; K, M, G, T suffixes (default: 80% of\n"
+              "MemAvailable)",
+              [&f](std::string_view v) -> std::string {
+                const auto n = ParseByteSize(v);
+                if (!n) return "not a byte count in [1, 2^62] (e.g. 512M, 4G)";
+                f.max_memory = *n;
+                return "";
+              })
+      .Custom("--max-work", "N",
+              "refuse a --repro case whose f64 oracle needs more than N\n"
+              "multiply-adds (batch*heads*q*kv*head_dim over its calls;\n"
+              "default 2e9, ~8 s)",
+              [&f](std::string_view v) -> std::string {
+                const std::string text(v);
+                char* end = nullptr;
+                const double n = std::strtod(text.c_str(), &end);
+                if (text.empty() || end != text.c_str() + text.size() ||
+                    !(n >= 1) || n > 1e30) {
+                  return "not a number of multiply-adds in [1, 1e30]";
+                }
+                f.max_work = n;
+                return "";
+              })
       .Epilogue(
           "After the campaign (not after --repro) the decode-step report runs "
           "on a\nsmall configuration (2 layers, 8:2 heads of 64, 8 steps from "
           "contexts\n256, 1024, 4096) over the same backends; its gate is part "
           "of the verdict.\nThe --json/--junit paths are checked (and a "
-          "previous "
-          "file removed) before\nthe run; each is written whole at its end. "
-          "On SIGINT/SIGTERM the campaign\nstops after the case in flight, "
-          "writes the reports marked interrupted\n(the decode report does not "
-          "run) and exits 128 + the signal.\nExit status: 0 all passed, 1 a "
-          "mismatch (or harness error), 2 bad usage,\n130/143 interrupted.\n");
+          "previous file removed) before\nthe run; each is written whole at "
+          "its end. On SIGINT/SIGTERM the campaign\nstops after the case in "
+          "flight, writes the reports marked interrupted\n(the decode report "
+          "does not run) and exits 128 + the signal.\nExit status: 0 all "
+          "passed, 1 a mismatch (or harness error), 2 bad usage\n(or a size "
+          "over --max-memory / --max-work), 4 nothing checked (0 cases,\na "
+          "backend named by --backends or --plugin that skipped every case, "
+          "or a\ndecode gate that compared nothing), 130/143 interrupted.\n");
   return p;
 }
 
@@ -190,6 +222,17 @@ int Bad(const FlagParser& p, std::string_view flag, std::string_view value,
                     std::string(why));
 }
 
+// A request the limits refuse (--max-memory, --max-work): one line naming
+// the flag, its value and why, no usage; exit status 2.
+int Refused(std::string_view flag, std::string_view value,
+            std::string_view why) {
+  std::fprintf(stderr, "check: %.*s=%.*s: %.*s\n",
+               static_cast<int>(flag.size()), flag.data(),
+               static_cast<int>(value.size()), value.data(),
+               static_cast<int>(why.size()), why.data());
+  return kExitUsage;
+}
+
 // Returns an exit code on error or --help (after printing), nullopt to run.
 std::optional<int> ParseFlags(int argc, char** argv, Flags& f, FlagParser& p) {
   if (Status s = p.Parse(argc, argv); !s.ok()) return Bad(p, s.message());
@@ -203,6 +246,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f, FlagParser& p) {
                "cannot be combined with --cases");
   }
   if (!cases_given) f.campaign.cases = DefaultCases(f.campaign.tier);
+  if (!p.Seen("--max-memory")) f.max_memory = DefaultMaxMemory();
   // Test runners that shard by environment (Bazel, gtest-parallel) set
   // these; --shard wins when both are given.
   const char* total = std::getenv("GTEST_TOTAL_SHARDS");
@@ -263,21 +307,46 @@ int Check(int argc, char** argv) {
     if (!c.ok()) {
       return Bad(flags, "--repro", *f.repro, c.status().ToString());
     }
+    // Its cost and memory are checked before anything is allocated.
+    if (const double work = harness::CaseWork(*c); work > f.max_work) {
+      char line[160];
+      std::snprintf(line, sizeof(line),
+                    "the f64 oracle needs %.3g multiply-adds "
+                    "(batch*heads*q*kv*head_dim over its calls), over "
+                    "--max-work=%.3g; pass a larger --max-work to run it",
+                    work, f.max_work);
+      return Refused("--repro", *f.repro,
+                     Status::ResourceExhausted(line).ToString());
+    }
+    if (Status fits =
+            harness::CaseMemory(*c, static_cast<int64_t>(backends.size()))
+                .Check(f.max_memory, "the case");
+        !fits.ok()) {
+      return Refused("--repro", *f.repro, fits.ToString());
+    }
+    SetActivity("replaying case " + c->ToString());
     auto results = harness::RunCase(*c, backends);
     if (!results.ok()) {
       return Bad(flags, "--repro", *f.repro, results.status().ToString());
     }
-    int failures = 0;
+    int failures = 0, skipped = 0;
     for (const harness::CheckResult& r : *results) {
       std::printf("%s", harness::FormatResult(*c, r).c_str());
       failures += r.failed() ? 1 : 0;
+      skipped += r.outcome == harness::Outcome::kSkipped ? 1 : 0;
     }
-    return failures == 0 ? 0 : 1;
+    if (failures > 0) return kExitFinding;
+    if (skipped == static_cast<int>(results->size())) {
+      std::printf("check: NOTHING CHECKED: every backend skipped the case\n");
+      return kExitNothingChecked;
+    }
+    return kExitPass;
   }
 
   CampaignOptions& o = f.campaign;
   InstallStopHandlers();
   o.stop = &StopSignal();
+  o.max_memory_bytes = f.max_memory;
   // A line rewritten in place on a terminal; in logs, a line every 10 s
   // (so only campaigns longer than that print any).
   o.progress = isatty(STDERR_FILENO) ? harness::Progress::kTty
@@ -344,7 +413,31 @@ int Check(int argc, char** argv) {
     std::fflush(stdout);
     return ExitStatusForSignal(sig);
   }
-  const int campaign_status = res.failures == 0 ? 0 : 1;
+  // No false green: a campaign of no case, or a backend the user named
+  // (--backends, --plugin) that skipped every case, checked nothing.
+  std::vector<std::string> unchecked;
+  if (res.cases == 0) unchecked.push_back("the campaign ran 0 cases");
+  const std::vector<std::string> registered =
+      backends::RegisteredBackendNames();
+  for (const harness::BackendSummary& b : res.backends) {
+    auto in = [&](const std::vector<std::string>& v) {
+      return std::find(v.begin(), v.end(), b.name) != v.end();
+    };
+    const bool named = (f.backends && in(*f.backends)) || !in(registered);
+    if (res.cases > 0 && named && b.cases == 0) {
+      unchecked.push_back("backend " + b.name + " skipped all " +
+                          std::to_string(b.skipped) + " case(s)");
+    }
+  }
+  for (const std::string& u : unchecked) {
+    std::printf("check: NOTHING CHECKED: %s\n", u.c_str());
+  }
+  if (res.fatal && res.fatal_message.starts_with("RESOURCE_EXHAUSTED")) {
+    return kExitUsage;  // a case over --max-memory: the flags' to change
+  }
+  const int campaign_status = res.failures > 0    ? kExitFinding
+                              : unchecked.empty() ? kExitPass
+                                                  : kExitNothingChecked;
 
   // The decode-step report's small configuration (GQA 8:2, 2 layers, 8 steps
   // up to a 4k context) over the same backends: a few seconds in all. Its
@@ -360,17 +453,29 @@ int Check(int argc, char** argv) {
   d.start_lens = {256, 1024, 4096};
   d.backends = *sources;
   d.stop = &StopSignal();
+  d.max_memory_bytes = f.max_memory;
   auto report = decode::RunDecodeReport(d, stderr);
   if (!report.ok()) {
     std::printf("decode: %s\n", report.status().ToString().c_str());
-    return 1;
+    return report.status().code() == StatusCode::kResourceExhausted
+               ? kExitUsage
+               : kExitFinding;
   }
   std::printf("%s", decode::FormatDecodeTable(*report, d).c_str());
   if (report->interrupted) {
     return ExitStatusForSignal(StopSignal().load());
   }
-  const int decode_status = report->failures.empty() ? 0 : 1;
-  return campaign_status != 0 ? campaign_status : decode_status;
+  const int decode_status = !report->failures.empty()    ? kExitFinding
+                            : report->nothing_compared() ? kExitNothingChecked
+                                                         : kExitPass;
+  if (campaign_status == kExitFinding || decode_status == kExitFinding) {
+    return kExitFinding;
+  }
+  if (campaign_status == kExitNothingChecked ||
+      decode_status == kExitNothingChecked) {
+    return kExitNothingChecked;
+  }
+  return kExitPass;
 }
 
 }  // namespace
@@ -383,7 +488,17 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (std::strcmp(argv[1], "check") == 0) {
-    return attnkit::Check(argc - 2, argv + 2);
+    // The last resort: every size is estimated and checked before it is
+    // allocated, so this is an allocation the estimates missed.
+    try {
+      return attnkit::Check(argc - 2, argv + 2);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr,
+                   "check: out of memory (std::bad_alloc) while %s; lower "
+                   "the sizes or --max-memory\n",
+                   attnkit::Activity().c_str());
+      return attnkit::kExitFinding;
+    }
   }
   std::fprintf(stderr, "attnkit_cli: unknown command '%s'\n", argv[1]);
   return 2;

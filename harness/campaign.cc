@@ -47,6 +47,18 @@ CampaignResult RunCampaign(
       break;
     }
     const Case c = GenerateCase(o.tier, o.seed, static_cast<uint64_t>(index));
+    if (o.max_memory_bytes > 0) {
+      const Status fits =
+          CaseMemory(c, static_cast<int64_t>(backends.size()))
+              .Check(o.max_memory_bytes, "case " + c.ToString());
+      if (!fits.ok()) {
+        res.fatal = true;
+        res.fatal_message = fits.ToString();
+        ++res.failures;
+        break;
+      }
+    }
+    SetActivity("running case " + c.ToString());
     auto results = RunCase(c, backends);
     if (!results.ok()) {
       res.fatal = true;

@@ -39,6 +39,10 @@ struct CampaignOptions {
   // runs; the rest are reported unshrunk with their reproducer).
   int shrink_per_backend = 3;
   int max_shrink_attempts = 300;
+  // Each case's memory estimate (CaseMemory) is held to this before it
+  // runs; over it, the campaign stops with a harness error naming the case
+  // and the bytes. 0: no limit.
+  int64_t max_memory_bytes = 0;
   Progress progress = Progress::kOff;
   FILE* progress_stream = stderr;
   // Polled before each case and each shrink: nonzero stops the campaign

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/limits.h"
 #include "runtime/parse.h"
 
 namespace attnkit::harness {
@@ -314,16 +315,122 @@ StatusOr<Case> ParseCase(std::string_view text) {
 Status ValidateCase(const Case& c) {
   ATTNKIT_RETURN_IF_ERROR(c.problem.Validate());
   const AttentionProblem& p = c.problem;
+  if (c.kv_pad < 0) {
+    return Status::InvalidArgument("pad=" + std::to_string(c.kv_pad) +
+                                   " must be >= 0");
+  }
+  if (c.decode_steps < 0) {
+    return Status::InvalidArgument("steps=" + std::to_string(c.decode_steps) +
+                                   " must be >= 0");
+  }
+  if (!CheckedAdd(p.max_kv_len(), c.kv_pad)) {
+    return Status::InvalidArgument(
+        "pad=" + std::to_string(c.kv_pad) + " + the longest kv_len=" +
+        std::to_string(p.max_kv_len()) + " overflows int64");
+  }
   for (int64_t b = 0; b < p.batch; ++b) {
-    if (p.kv_lens[b] < c.decode_steps * p.q_lens[b]) {
+    const std::optional<int64_t> appended =
+        CheckedMul(c.decode_steps, p.q_lens[b]);
+    if (!appended || p.kv_lens[b] < *appended) {
       return Status::InvalidArgument(
           "steps=" + std::to_string(c.decode_steps) + " of q_lens[" +
           std::to_string(b) + "]=" + std::to_string(p.q_lens[b]) +
           " token(s) do not fit in kv_lens[" + std::to_string(b) +
-          "]=" + std::to_string(p.kv_lens[b]));
+          "]=" + std::to_string(p.kv_lens[b]) +
+          (appended ? "" : " (their product overflows int64)"));
     }
   }
   return Status::Ok();
+}
+
+double CaseWork(const Case& c) {
+  const AttentionProblem& p = c.problem;
+  const double per_pair =
+      static_cast<double>(p.q_heads) * static_cast<double>(p.head_dim);
+  double pairs = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const double q = static_cast<double>(p.q_lens[b]);
+    const double kv = static_cast<double>(p.kv_lens[b]);
+    if (c.decode_steps == 0) {
+      pairs += q * kv;
+      continue;
+    }
+    // Step 0 queries min(q, prompt) rows over the prompt; step s >= 1
+    // queries q rows over prompt + s * q keys (closed form: no loop over an
+    // untrusted step count).
+    const double n = static_cast<double>(c.decode_steps);
+    const double prompt = kv - n * q;
+    pairs += std::min(q, prompt) * prompt;
+    pairs += q * (n * prompt + q * n * (n + 1) / 2);
+  }
+  return pairs * per_pair;
+}
+
+MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
+  const AttentionProblem& p = c.problem;
+  const double b = static_cast<double>(p.batch);
+  const double hq = static_cast<double>(p.q_heads);
+  const double hkv = static_cast<double>(p.kv_heads);
+  const double d = static_cast<double>(p.head_dim);
+  const double es = static_cast<double>(DTypeSize(p.dtype));
+  const double cap =
+      static_cast<double>(p.max_kv_len()) + static_cast<double>(c.kv_pad);
+  const bool bias = p.mask == MaskKind::kBias;
+  const std::string shape = "batch=" + std::to_string(p.batch) +
+                            " x q_heads=" + std::to_string(p.q_heads);
+  const std::string kv_shape = "batch=" + std::to_string(p.batch) +
+                               " x kv_heads=" + std::to_string(p.kv_heads);
+  const std::string dim = " x head_dim=" + std::to_string(p.head_dim);
+  MemoryEstimate e;
+  // Longest query block of one call, and of the whole case's inputs.
+  double mq = 0, mq_all = 0;
+  for (int64_t i = 0; i < p.batch; ++i) {
+    const double q = static_cast<double>(p.q_lens[i]);
+    mq = std::max(mq, q);
+    if (c.decode_steps > 0) {
+      const double n = static_cast<double>(c.decode_steps);
+      const double prompt = static_cast<double>(p.kv_lens[i]) - n * q;
+      mq_all = std::max(mq_all, std::min(q, prompt) + n * q);
+    } else {
+      mq_all = mq;
+    }
+  }
+  const std::string cap_s = " x capacity=" + std::to_string(p.max_kv_len()) +
+                            "+" + std::to_string(c.kv_pad);
+  e.Add("inputs q+out (" + shape +
+            " x q=" + std::to_string(static_cast<int64_t>(mq_all)) + dim + ")",
+        {b, hq, mq_all, d, es + 4});
+  e.Add("inputs k+v (2 x " + kv_shape + cap_s + dim + ")",
+        {2, b, hkv, cap, d, es});
+  if (bias) {
+    e.Add("inputs bias (" + shape + " x q=" +
+              std::to_string(static_cast<int64_t>(mq_all)) + cap_s + ")",
+          {b, hq, mq_all, cap, 4});
+  }
+  e.Add("oracle f64 output (" + shape +
+            " x q=" + std::to_string(static_cast<int64_t>(mq)) + dim + ")",
+        {b, hq, mq, d, 8});
+  // The naive reference materializes S = [q_len, kv_len] per head, and
+  // widens one head's bf16 q, k, v to f32 (f32 is mapped in place).
+  e.Add("reference S (q=" + std::to_string(static_cast<int64_t>(mq)) +
+            " x kv=" + std::to_string(p.max_kv_len()) + ")",
+        {mq, cap, 4});
+  if (p.dtype == DType::kBF16) {
+    e.Add("reference bf16 q/k/v widened", {mq + 2 * cap, d, 4});
+  }
+  if (c.decode_steps > 0) {
+    e.Add("kv caches (" + std::to_string(backends) + " backend(s) x 2 x " +
+              kv_shape + cap_s + dim + ")",
+          {static_cast<double>(backends), 2, b, hkv, cap, d, es});
+    // The naive concatenation the caches are compared with (and its copy
+    // while it grows), and one step's staging buffers, q, out and bias.
+    e.Add("naive concatenation (2 x 2 x " + kv_shape + cap_s + dim + ")",
+          {4, b, hkv, cap, d, es});
+    e.Add("step staging + q + out",
+          {b, (2 * hkv * cap * es) + hq * mq * (es + 4), d});
+    if (bias) e.Add("step bias", {b, hq, mq, cap, 4});
+  }
+  return e;
 }
 
 AttentionProblem DecodeStepProblem(const Case& c, int64_t step) {

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "runtime/enum_table.h"
+#include "runtime/limits.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
 #include "runtime/status.h"
@@ -56,8 +57,20 @@ struct Case {
   double Cost() const;
 };
 
-// Problem.Validate() plus the decode-loop constraint kv_lens >= steps*q_lens.
+// Problem.Validate() plus pad, steps >= 0 and the decode-loop constraint
+// kv_lens >= steps*q_lens, all in overflow-checked arithmetic.
 Status ValidateCase(const Case& c);
+
+// Multiply-adds of the f64 oracle over every attention call of a valid case
+// (sum over calls and sequences of q_heads * q_len * kv_len * head_dim):
+// what `check --repro` holds to --max-work.
+double CaseWork(const Case& c);
+
+// What running a valid case on `backends` backends holds at once: inputs
+// and outputs, the oracle's f64 buffer, the naive reference's S matrix, and
+// for a decode loop one KV cache per backend, the naive concatenation and a
+// step's buffers. Checked against --max-memory before anything is allocated.
+MemoryEstimate CaseMemory(const Case& c, int64_t backends);
 
 // Parses ToString()'s form; every field is named in the error.
 StatusOr<Case> ParseCase(std::string_view text);

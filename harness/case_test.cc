@@ -152,6 +152,65 @@ TEST(CaseStringTest, BadStringsNameTheField) {
   }
 }
 
+// steps * q_lens wrapped around to 0 (2^20 * 2^44 = 2^64) and let an
+// impossible decode loop through.
+TEST(CaseStringTest, StepsTimesQueriesThatOverflowDoNotValidate) {
+  auto c = ParseCase(
+      "seed=1,index=0,steps=1048576,b=1,hq=1,hkv=1,d=1,q=17592186044416,kv=1");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("(their product overflows int64)"),
+            std::string::npos)
+      << c.status().message();
+  Case n;
+  n.problem.q_lens = {1};
+  n.problem.kv_lens = {1};
+  n.kv_pad = -1;
+  EXPECT_NE(ValidateCase(n).message().find("pad=-1 must be >= 0"),
+            std::string::npos);
+  n.kv_pad = 0;
+  n.decode_steps = -2;
+  EXPECT_NE(ValidateCase(n).message().find("steps=-2 must be >= 0"),
+            std::string::npos);
+}
+
+TEST(CaseLimitsTest, WorkIsTheOracleMultiplyAddsOfEveryCall) {
+  auto plain = ParseCase("seed=1,index=0,b=2,hq=4,hkv=2,d=8,q=3:1,kv=5:7");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(CaseWork(*plain), (3 * 5 + 1 * 7) * 4 * 8);
+  // Decode loop: prompt 5 - 2*1 = 3; calls see 3 (1 query), 4 and 5 keys.
+  auto loop = ParseCase("seed=1,index=0,steps=2,b=1,hq=2,hkv=1,d=4,q=1,kv=5");
+  ASSERT_TRUE(loop.ok());
+  double want = 0;
+  for (int64_t s = 0; s <= 2; ++s) {
+    const AttentionProblem p = DecodeStepProblem(*loop, s);
+    want += static_cast<double>(p.q_lens[0] * p.kv_lens[0] * 2 * 4);
+  }
+  EXPECT_EQ(CaseWork(*loop), want);
+}
+
+TEST(CaseLimitsTest, MemoryCountsInputsOracleReferenceAndCaches) {
+  auto c = ParseCase("seed=1,index=0,b=1,hq=1,hkv=1,d=1024,q=1,kv=2000000000");
+  ASSERT_TRUE(c.ok());
+  const MemoryEstimate e = CaseMemory(*c, 3);
+  EXPECT_GE(e.total(), 2.0 * 2e9 * 1024 * 4);  // K and V alone
+  const Status s = e.Check(int64_t{1} << 30, "the case");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("inputs k+v"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--max-memory=1073741824"), std::string::npos);
+
+  // A decode loop holds one cache per backend on top of its inputs.
+  auto loop = ParseCase("seed=1,index=0,steps=2,b=1,hq=2,hkv=1,d=4,q=1,kv=5");
+  ASSERT_TRUE(loop.ok());
+  EXPECT_GT(CaseMemory(*loop, 3).total(), CaseMemory(*loop, 1).total());
+  // Every generated case fits a generous budget.
+  for (uint64_t i = 0; i < 200; ++i) {
+    const Case g = GenerateCase(Tier::kLong, 5, i);
+    EXPECT_TRUE(CaseMemory(g, 4).Check(int64_t{4} << 30, "case").ok())
+        << g.ToString();
+  }
+}
+
 TEST(DecodeStepTest, StepsGrowTheContextFromThePrompt) {
   auto c = ParseCase(
       "seed=1,index=0,steps=3,b=2,hq=2,hkv=1,d=4,q=1:2,kv=5:6,mask=causal");

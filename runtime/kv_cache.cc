@@ -6,6 +6,8 @@
 #include <new>
 #include <string>
 
+#include "runtime/limits.h"
+
 namespace attnkit {
 namespace {
 
@@ -36,18 +38,23 @@ Status KvCacheConfig::Validate() const {
     return bad("layout=" + std::to_string(static_cast<int>(layout)) +
                " is not bhsd, bshd or tv");
   }
-  // 2 * layers tensors, each rounded up to 64 bytes: refuse sizes whose
-  // arithmetic would overflow rather than allocate a wrapped-around size.
-  int64_t bytes = ElementSize();
-  for (int64_t f : {batch, kv_heads, capacity, head_dim, int64_t{2} * layers}) {
-    if (__builtin_mul_overflow(bytes, f, &bytes) ||
-        bytes > std::numeric_limits<int64_t>::max() / 2) {
-      return Status::ResourceExhausted(
-          "kv cache: layers=" + std::to_string(layers) + " x batch=" +
-          std::to_string(batch) + " x kv_heads=" + std::to_string(kv_heads) +
-          " x capacity=" + std::to_string(capacity) +
-          " x head_dim=" + std::to_string(head_dim) + " overflows int64 bytes");
-    }
+  // 2 * layers tensors, each rounded up to 64 bytes, then the lengths:
+  // refuse sizes whose arithmetic would overflow rather than allocate a
+  // wrapped-around size.
+  const auto tensor = CheckedProduct(
+      {batch, kv_heads, capacity, head_dim, ElementSize(), int64_t{2}});
+  const auto all = tensor ? CheckedProduct({*tensor, layers}) : std::nullopt;
+  const auto layers1 = CheckedAdd(layers, 1);
+  const auto meta =
+      layers1 ? CheckedProduct({*layers1, batch, 8}) : std::nullopt;
+  const auto padding = CheckedProduct({layers, 2 * 64});
+  const auto sum = all && meta ? CheckedAdd(*all, *meta) : std::nullopt;
+  if (!sum || !padding || !CheckedAdd(*sum, *padding)) {
+    return Status::ResourceExhausted(
+        "kv cache: layers=" + std::to_string(layers) + " x batch=" +
+        std::to_string(batch) + " x kv_heads=" + std::to_string(kv_heads) +
+        " x capacity=" + std::to_string(capacity) +
+        " x head_dim=" + std::to_string(head_dim) + " overflows int64 bytes");
   }
   return Status::Ok();
 }

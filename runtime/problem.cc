@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "runtime/limits.h"
 #include "runtime/parse.h"
 
 namespace attnkit {
@@ -18,23 +19,6 @@ std::string Join(const std::vector<int64_t>& v, char sep) {
     s += std::to_string(v[i]);
   }
   return s;
-}
-
-// a * b, or nullopt when the product leaves int64.
-std::optional<int64_t> CheckedMul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return std::nullopt;
-  return r;
-}
-
-std::optional<int64_t> CheckedProduct(std::initializer_list<int64_t> xs) {
-  int64_t r = 1;
-  for (int64_t x : xs) {
-    auto m = CheckedMul(r, x);
-    if (!m) return std::nullopt;
-    r = *m;
-  }
-  return r;
 }
 
 }  // namespace

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <numbers>
+#include <string>
+
+#include "runtime/limits.h"
 
 namespace attnkit {
 namespace {
@@ -81,15 +85,30 @@ StatusOr<AttentionData> AttentionData::Create(const AttentionProblem& p,
   AttentionData d;
   const int64_t mq = p.max_q_len();
   const int64_t mkv = std::max(p.max_kv_len(), kv_capacity);
+  // Validate() bounds the lengths' sizes; a larger capacity is checked here.
+  if (!CheckedProduct({p.batch, p.kv_heads, mkv, p.head_dim, 4}) ||
+      !CheckedProduct({p.batch, p.q_heads, mq, mkv, 4})) {
+    return Status::ResourceExhausted(
+        "attention data: kv_capacity=" + std::to_string(kv_capacity) +
+        " overflows int64 bytes for " + p.ToString());
+  }
   const std::array<int64_t, 4> qshape{p.batch, p.q_heads, mq, p.head_dim};
   const std::array<int64_t, 4> kvshape{p.batch, p.kv_heads, mkv, p.head_dim};
-  d.q_ = Tensor::Contiguous(p.dtype, qshape);
-  d.out_ = Tensor::Contiguous(DType::kF32, qshape);
-  d.k_ =
-      Tensor::Allocate(p.dtype, kvshape, KvStrides(p.layout, false, kvshape));
-  d.v_ = Tensor::Allocate(p.dtype, kvshape, KvStrides(p.layout, true, kvshape));
-  if (p.mask == MaskKind::kBias) {
-    d.bias_ = Tensor::Contiguous(DType::kF32, {p.batch, p.q_heads, mq, mkv});
+  try {
+    d.q_ = Tensor::Contiguous(p.dtype, qshape);
+    d.out_ = Tensor::Contiguous(DType::kF32, qshape);
+    d.k_ =
+        Tensor::Allocate(p.dtype, kvshape, KvStrides(p.layout, false, kvshape));
+    d.v_ =
+        Tensor::Allocate(p.dtype, kvshape, KvStrides(p.layout, true, kvshape));
+    if (p.mask == MaskKind::kBias) {
+      d.bias_ = Tensor::Contiguous(DType::kF32, {p.batch, p.q_heads, mq, mkv});
+    }
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(
+        "attention data: cannot allocate q, k, v, out" +
+        std::string(p.mask == MaskKind::kBias ? ", bias" : "") + " of " +
+        p.ToString() + " with kv_capacity=" + std::to_string(mkv));
   }
   d.args_ = {d.q_.view, d.k_.view, d.v_.view, d.bias_.view, d.out_.view};
   return d;

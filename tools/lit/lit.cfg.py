@@ -32,11 +32,12 @@ config.environment["PATH"] = os.pathsep.join(
     [config.llvm_tools_dir, config.environment.get("PATH", "")])
 # The build's tools (attnkit_cli, attnkit_decode, ...): a bare name in a RUN
 # line becomes that target's file (not a path search, which a stale binary
-# elsewhere in the build tree could win). Not inside a path or a longer name.
+# elsewhere in the build tree could win). Only a whole word between blanks or
+# shell operators: never inside a path, a longer name or a quoted string.
 lit_config.load_config(config, config.attnkit_tools_file)
 for name, path in sorted(config.attnkit_tools.items(), reverse=True):
     config.substitutions.append(
-        (r"(?<![\w./-])" + re.escape(name) + r"(?![\w.-])", path))
+        (r"(?<![^\s|;&(])" + re.escape(name) + r"(?![^\s|;&)])", path))
 # The check's sharding falls back to these; a test sets them explicitly.
 for var in ("GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS"):
     config.environment.pop(var, None)
