@@ -13,35 +13,8 @@
 namespace attnkit::bench {
 namespace {
 
-// HTML text and attribute values; control characters (which HTML forbids)
-// and the other characters TerminalSafe escapes are shown as it shows them,
-// "\x1b".
-std::string Escape(std::string_view raw) {
-  const std::string s = TerminalSafe(raw, /*keep_newlines=*/true);
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '\'':
-        out += "&#39;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+// HTML text and attribute values (runtime/text.h).
+std::string Escape(std::string_view raw) { return MarkupEscape(raw); }
 
 std::string Num(double v) {
   char buf[32];

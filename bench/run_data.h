@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/status.h"
+#include "runtime/text.h"
 
 namespace attnkit::bench {
 
@@ -65,14 +66,6 @@ std::string ContextValue(const RunInfo& info, std::string_view key,
 // ratios assume it (decode_bandwidth.h).
 bool RandomInterleavingRequested(int argc, const char* const* argv,
                                  const char* env);
-
-// `s` made safe to print on a terminal: every string read from a benchmark
-// JSON (names, error messages, context fields) and every file name passes
-// through this before it reaches stdout or stderr. C0 controls and DEL
-// become \xNN (ESC shows as \x1b), C1 controls and the Unicode bidi
-// overrides/isolates (U+202A..U+202E, U+2066..U+2069) \uNNNN, bytes that
-// are not UTF-8 \xNN; with `keep_newlines`, '\n' stays a line break.
-std::string TerminalSafe(std::string_view s, bool keep_newlines = false);
 
 // Google Benchmark JSON for `run` (used by tests and `bench export`): one
 // iteration entry per repetition; ParseGoogleBenchmarkJson reads it back.

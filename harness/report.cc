@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "runtime/text.h"
+
 namespace attnkit::harness {
 namespace {
 
@@ -224,43 +226,8 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
 
 namespace {
 
-std::string XmlEscape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if ((c < 0x20 && ch != '\n' && ch != '\t') || c == 0x7f) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out += "\\x";
-          out += kHex[c >> 4];
-          out += kHex[c & 15];
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out;
-}
-
 std::string Attr(std::string_view name, std::string_view value) {
-  return " " + std::string(name) + "=\"" + XmlEscape(value) + "\"";
+  return " " + std::string(name) + "=\"" + MarkupEscape(value) + "\"";
 }
 
 }  // namespace
@@ -293,7 +260,7 @@ std::string CampaignJunit(const CampaignResult& r, const JsonContext& ctx) {
            Attr("name", f.shrunk.ToString()) + ">\n      <failure" +
            Attr("type", OutcomeName(f.result.outcome)) +
            Attr("message", repro) + ">" +
-           XmlEscape(FormatFailure(f, ctx.plugins)) +
+           MarkupEscape(FormatFailure(f, ctx.plugins)) +
            "</failure>\n    </testcase>\n";
     }
     if (passed > 0) {

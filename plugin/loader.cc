@@ -12,6 +12,7 @@
 #include "runtime/accounting.h"
 #include "runtime/enum_table.h"
 #include "runtime/problem.h"
+#include "runtime/text.h"
 
 namespace attnkit::plugin {
 namespace {
@@ -74,25 +75,12 @@ constexpr size_t kErrorCapacity = 1024;
 constexpr size_t kErrorGiven = kErrorCapacity - 1;
 
 // The plug-in's message, read up to the capacity it was given and made safe
-// to print and to put in JSON: bytes outside printable ASCII (control
-// characters, terminal escape sequences, stray bytes) become \xNN.
+// to print and to put in JSON (runtime/text.h: control characters, terminal
+// escape sequences and stray bytes become \xNN).
 std::string PluginMessage(const char* error) {
   const size_t n = strnlen(error, kErrorGiven);
   if (n == 0) return "(no message)";
-  std::string out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(error[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
+  return TerminalSafe(std::string_view(error, n));
 }
 
 struct LibraryCloser {
