@@ -37,10 +37,10 @@
  * to error_capacity bytes including the NUL) into `error`, naming the field
  * and value it rejects, e.g. "head_dim=300 exceeds 256". The harness shows
  * it with bytes outside printable ASCII escaped (\xNN), and reads at most
- * error_capacity bytes even when no NUL is among them. UNSUPPORTED from supports() makes the harness skip the
- * problem (never a failure); any error from attention() or append_kv() on
- * a problem that supports() accepted is a failure. Plug-ins must not throw
- * across the ABI, print, or exit.
+ * error_capacity bytes even when no NUL is among them. UNSUPPORTED from
+ * supports() makes the harness skip the problem (never a failure); any error
+ * from attention() or append_kv() on a problem that supports() accepted is a
+ * failure. Plug-ins must not throw across the ABI, print, or exit.
  *
  * Threads: one instance is called from one thread at a time; a plug-in may
  * use threads inside a call.

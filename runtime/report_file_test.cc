@@ -30,8 +30,8 @@ class ReportFileTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   // Every file in the directory (a leftover temporary shows up here).
   size_t Files() const {
-    return static_cast<size_t>(std::distance(fs::directory_iterator(dir_),
-                                             fs::directory_iterator()));
+    return static_cast<size_t>(
+        std::distance(fs::directory_iterator(dir_), fs::directory_iterator()));
   }
   fs::path dir_;
 };
