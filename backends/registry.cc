@@ -1,6 +1,7 @@
 #include "backends/registry.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 
 #include "plugin/loader.h"
@@ -59,19 +60,73 @@ BackendTraits TraitsOf(std::string_view name) {
   return {};
 }
 
+void AddIsolationFlags(FlagParser& p, ResolveOptions* o) {
+  p.Enum("--isolate", &o->isolation, kIsolationNames,
+         "where backends run: plugins = plug-ins in a worker process\n"
+         "(default), process = every backend in a worker, none = all in\n"
+         "this process (a crashing kernel then ends the run)")
+      .Seconds("--case-timeout", &o->remote.call_timeout_s, 1e6,
+               "deadline of each call to an isolated backend (default:\n"
+               "10 s plus the call's FLOPs at 0.1 GFLOP/s); past it the\n"
+               "worker is killed and the call is a timeout");
+}
+
+std::string IsolationFlagsGiven(const FlagParser& p, const ResolveOptions& o) {
+  std::string s;
+  if (p.Seen("--isolate")) {
+    s += "--isolate " + std::string(kIsolationNames.Name(o.isolation));
+  }
+  if (p.Seen("--case-timeout")) {
+    char t[48];
+    std::snprintf(t, sizeof(t), "%s--case-timeout %g", s.empty() ? "" : " ",
+                  o.remote.call_timeout_s);
+    s += t;
+  }
+  return s;
+}
+
+namespace {
+
+StatusOr<std::unique_ptr<Backend>> StartRemote(const WorkerSpec& spec,
+                                               const RemoteOptions& o) {
+  ATTNKIT_ASSIGN_OR_RETURN(std::unique_ptr<RemoteBackend> r,
+                           RemoteBackend::Start(spec, o));
+  return std::unique_ptr<Backend>(std::move(r));
+}
+
+}  // namespace
+
 StatusOr<std::vector<BackendSource>> ResolveBackends(
     std::span<const std::string> plugin_paths,
-    const std::optional<std::vector<std::string>>& select) {
+    const std::optional<std::vector<std::string>>& select,
+    const ResolveOptions& options) {
+  const bool builtins_apart = options.isolation == Isolation::kProcess;
+  const bool plugins_apart = options.isolation != Isolation::kNone;
+  if (builtins_apart || (plugins_apart && !plugin_paths.empty())) {
+    shared_memory::Enable();
+  }
+  const RemoteOptions remote = options.remote;
   std::vector<BackendSource> all;
   for (const BackendInfo& info : kBackends) {
+    if (builtins_apart) {
+      all.push_back({std::string(info.name), info.traits,
+                     [spec = WorkerSpec{std::string(info.name), ""}, remote] {
+                       return StartRemote(spec, remote);
+                     }});
+      continue;
+    }
     all.push_back({std::string(info.name), info.traits,
                    [make = info.make]() -> StatusOr<std::unique_ptr<Backend>> {
                      return make();
                    }});
   }
   for (const std::string& path : plugin_paths) {
-    ATTNKIT_ASSIGN_OR_RETURN(std::unique_ptr<Backend> p,
-                             plugin::LoadPlugin(path));
+    std::unique_ptr<Backend> p;
+    if (plugins_apart) {
+      ATTNKIT_ASSIGN_OR_RETURN(p, StartRemote({"", path}, remote));
+    } else {
+      ATTNKIT_ASSIGN_OR_RETURN(p, plugin::LoadPlugin(path));
+    }
     std::string name(p->name());
     for (const BackendSource& b : all) {
       if (b.name == name) {
@@ -79,8 +134,15 @@ StatusOr<std::vector<BackendSource>> ResolveBackends(
                                        "' is already in the list");
       }
     }
-    all.push_back({std::move(name), BackendTraits{},
-                   [path] { return plugin::LoadPlugin(path); }});
+    if (plugins_apart) {
+      all.push_back({std::move(name), BackendTraits{},
+                     [spec = WorkerSpec{"", path}, remote] {
+                       return StartRemote(spec, remote);
+                     }});
+    } else {
+      all.push_back({std::move(name), BackendTraits{},
+                     [path] { return plugin::LoadPlugin(path); }});
+    }
   }
   if (!select) return all;
   std::vector<BackendSource> chosen;

@@ -13,7 +13,10 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/remote.h"
 #include "runtime/backend.h"
+#include "runtime/enum_table.h"
+#include "runtime/flags.h"
 #include "runtime/status.h"
 
 namespace attnkit::backends {
@@ -51,15 +54,44 @@ struct BackendSource {
   std::function<StatusOr<std::unique_ptr<Backend>>()> make;
 };
 
+// Where a backend's calls run (backends/remote.h):
+//   kPlugins : plug-ins in a worker process, registered backends here (the
+//              default: the gate survives the kernels users bring);
+//   kProcess : every backend in a worker of its own;
+//   kNone    : everything in this process (benchmarks: no round trip in
+//              the timings; a crash takes the tool with it).
+enum class Isolation : uint8_t { kPlugins = 0, kProcess, kNone };
+inline constexpr auto kIsolationNames = MakeEnumTable<Isolation>({
+    {Isolation::kPlugins, "plugins"},
+    {Isolation::kProcess, "process"},
+    {Isolation::kNone, "none"},
+});
+static_assert(kIsolationNames.RoundTrips());
+
+struct ResolveOptions {
+  Isolation isolation = Isolation::kPlugins;
+  RemoteOptions remote;  // for the isolated ones
+};
+
+// --isolate plugins|process|none and --case-timeout SECONDS, for the tools
+// that run backends (check, decode).
+void AddIsolationFlags(FlagParser& p, ResolveOptions* o);
+// Those of them given in the last parse, as flags to repeat in a
+// reproducer ("" when none).
+std::string IsolationFlagsGiven(const FlagParser& p, const ResolveOptions& o);
+
 // The backends a tool runs: every registered one, then one per plug-in path
-// (plugin/loader.h; loaded once here, so a bad library is reported before
-// anything runs), narrowed to `select` by name and in its order when given.
+// (plugin/loader.h; loaded once here -- in a worker when isolated -- so a
+// bad library is reported before anything runs), narrowed to `select` by
+// name and in its order when given. Isolated sources make RemoteBackends,
+// and shared memory is enabled for the tool's tensors from here on.
 // Errors name the bad path or name: a plug-in that does not load, a plug-in
 // whose name is taken, a selected name that none has (listing what there
 // is), a name selected twice.
 StatusOr<std::vector<BackendSource>> ResolveBackends(
     std::span<const std::string> plugin_paths,
-    const std::optional<std::vector<std::string>>& select = std::nullopt);
+    const std::optional<std::vector<std::string>>& select = std::nullopt,
+    const ResolveOptions& options = {});
 
 }  // namespace attnkit::backends
 

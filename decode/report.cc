@@ -175,6 +175,7 @@ namespace {
 // --backend, in order, and the --plugin paths.
 struct DecodeFlagState {
   std::vector<std::string> selected, plugins;
+  backends::ResolveOptions resolve;
 };
 
 FlagParser DecodeFlags(DecodeReportOptions& o, DecodeFlagState& st) {
@@ -275,7 +276,9 @@ FlagParser DecodeFlags(DecodeReportOptions& o, DecodeFlagState& st) {
                 o.max_memory_bytes = *n;
                 return "";
               })
-      .Uint64("--seed", &c.seed, "(default 1)")
+      .Uint64("--seed", &c.seed, "(default 1)");
+  backends::AddIsolationFlags(p, &st.resolve);
+  p
       .NonEmptyString("--json", &o.json_path, "FILE",
                       "also write the rows as JSON");
   return p;
@@ -296,11 +299,17 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
   ATTNKIT_RETURN_IF_ERROR(flags.Parse(argc, argv));
   o.help = flags.help();
   if (!flags.Seen("--max-memory")) o.max_memory_bytes = DefaultMaxMemory();
+  // Every registered backend in a worker: the default one too.
+  if (st.selected.empty() && st.plugins.empty() &&
+      st.resolve.isolation == backends::Isolation::kProcess) {
+    st.selected.push_back(o.config.backend);
+  }
   if (!st.selected.empty() || !st.plugins.empty()) {
     // The registry resolves plug-ins for every tool; each is loaded once
     // there, so a bad library is a flag error, and every session then makes
     // its own instance.
-    auto sources = backends::ResolveBackends(st.plugins);
+    auto sources =
+        backends::ResolveBackends(st.plugins, std::nullopt, st.resolve);
     if (!sources.ok()) {
       return Status::InvalidArgument("--" + sources.status().message());
     }
@@ -439,21 +448,29 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
                        std::string(DecodeModeName(mode)).c_str());
           std::fflush(log);
         }
-        ATTNKIT_ASSIGN_OR_RETURN(auto session, DecodeSession::Create(c, mode));
-        ATTNKIT_RETURN_IF_ERROR(session->Run());
-        report.rows.push_back(Summarize(*session, len));
         const std::string name =
             where + " " + std::string(DecodeModeName(mode)) + ": ";
+        // A backend that fails a step -- an error, or its worker dying
+        // (backends/remote.h) -- fails this row; the other backends' rows
+        // still run.
+        auto session = DecodeSession::Create(c, mode);
+        Status ran = session.ok() ? (*session)->Run() : session.status();
+        if (!ran.ok()) {
+          report.failures.push_back(name + ran.ToString());
+          break;
+        }
+        report.rows.push_back(Summarize(**session, len));
         if (mode == DecodeMode::kNaiveConcat) {
-          naive_out = AllOutputs(*session);
-          ATTNKIT_ASSIGN_OR_RETURN(truths, LastStepTruth(*session));
-          if (std::string bad = CheckLastStep(*session, truths); !bad.empty()) {
+          naive_out = AllOutputs(**session);
+          ATTNKIT_ASSIGN_OR_RETURN(truths, LastStepTruth(**session));
+          if (std::string bad = CheckLastStep(**session, truths);
+              !bad.empty()) {
             report.failures.push_back(name + bad);
           }
           continue;
         }
         // The in-place guarantees, step by step.
-        const auto rec = session->records();
+        const auto rec = (*session)->records();
         for (size_t s = 0; s < rec.size(); ++s) {
           if (s > 0 && counting && rec[s].allocs != 0) {
             report.failures.push_back(
@@ -482,7 +499,7 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
         // oracle, so the two differ by at most twice that. Every step's
         // context is a prefix of the last step's, its values drawn from the
         // same distributions, so the last step's bound holds for it too.
-        const std::vector<float> out = AllOutputs(*session);
+        const std::vector<float> out = AllOutputs(**session);
         const double tol = 2 * MaxBound(truths);
         double worst = 0;
         size_t worst_at = 0;
@@ -502,7 +519,8 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
               std::to_string(worst) + " > tolerance " + std::to_string(tol) +
               " at step " + std::to_string(worst_at / per_step));
         }
-        if (std::string bad = CheckLastStep(*session, truths); !bad.empty()) {
+        if (std::string bad = CheckLastStep(**session, truths);
+            !bad.empty()) {
           report.failures.push_back(name + bad);
         }
       }

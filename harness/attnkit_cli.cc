@@ -64,6 +64,9 @@ struct Flags {
   std::vector<std::string> plugins;
   int64_t max_memory = 0;  // set from DefaultMaxMemory() unless given
   double max_work = kDefaultMaxWork;
+  backends::ResolveOptions resolve;
+  // The isolation flags as given, for the reproducers.
+  std::string repro_flags;
 };
 
 std::vector<std::string> Split(std::string_view s, char sep) {
@@ -118,19 +121,8 @@ FlagParser CheckFlags(Flags& f) {
                 c.cases = static_cast<int64_t>(*n);
                 return "";
               })
-      .Custom("--time-budget", "SECONDS",
-              "run cases until this many seconds have passed instead",
-              [&c](std::string_view v) -> std::string {
-                const std::string text(v);
-                char* end = nullptr;
-                const double s = std::strtod(text.c_str(), &end);
-                if (text.empty() || end != text.c_str() + text.size() ||
-                    !(s > 0) || s > 1e7) {
-                  return "not a number of seconds in (0, 1e7]";
-                }
-                c.time_budget_s = s;
-                return "";
-              })
+      .Seconds("--time-budget", &c.time_budget_s, 1e7,
+               "run cases until this many seconds have passed instead")
       .Custom("--backends", "a,b",
               "comma-separated backends to check (default: all, plus\n"
               "plug-ins)",
@@ -153,7 +145,7 @@ FlagParser CheckFlags(Flags& f) {
                 return "";
               })
       .NonEmptyString("--json", &f.json_path, "FILE",
-                      "also write the results as JSON (schema_version 1)",
+                      "also write the results as JSON (schema_version 2)",
                       "empty file name")
       .NonEmptyString("--junit", &f.junit_path, "FILE",
                       "also write the results as JUnit XML (a testsuite "
@@ -167,8 +159,9 @@ FlagParser CheckFlags(Flags& f) {
               })
       .Strings("--plugin", &f.plugins, "lib.so",
                "load a kernel through plugin/attnkit_plugin.h (repeatable)",
-               "needs a file name")
-      .Custom("--max-memory", "BYTES",
+               "needs a file name");
+  backends::AddIsolationFlags(p, &f.resolve);
+  p.Custom("--max-memory", "BYTES",
               "refuse a case (or decode configuration) whose estimated\n"
               "memory exceeds this; K, M, G, T suffixes (default: 80% of\n"
               "MemAvailable)",
@@ -246,6 +239,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f, FlagParser& p) {
                "cannot be combined with --cases");
   }
   if (!cases_given) f.campaign.cases = DefaultCases(f.campaign.tier);
+  f.repro_flags = backends::IsolationFlagsGiven(p, f.resolve);
   if (!p.Seen("--max-memory")) f.max_memory = DefaultMaxMemory();
   // Test runners that shard by environment (Bazel, gtest-parallel) set
   // these; --shard wins when both are given.
@@ -278,7 +272,7 @@ int Check(int argc, char** argv) {
   }
 
   // Backends: the registry, then plug-ins, narrowed by --backends.
-  auto sources = backends::ResolveBackends(f.plugins, f.backends);
+  auto sources = backends::ResolveBackends(f.plugins, f.backends, f.resolve);
   if (!sources.ok()) {
     if (f.backends && sources.status().message().starts_with("no backend '")) {
       std::string joined;
@@ -370,13 +364,16 @@ int Check(int argc, char** argv) {
   const harness::CampaignResult res =
       harness::RunCampaign(o, backends, [&](const harness::FailureReport& rep) {
         const int n = printed[rep.backend]++;
-        if (rep.was_shrunk) {
-          std::printf("%s\n", harness::FormatFailure(rep, f.plugins).c_str());
+        if (rep.was_shrunk || !rep.reproduced_alone) {
+          std::printf(
+              "%s\n",
+              harness::FormatFailure(rep, f.plugins, f.repro_flags).c_str());
         } else if (n < o.shrink_per_backend + kOneLiners) {
           std::printf(
               "FAIL [%s] %s: %s\n", rep.backend.c_str(),
               std::string(harness::OutcomeName(rep.result.outcome)).c_str(),
-              harness::ReproducerCommand(rep.shrunk, rep.backend, f.plugins)
+              harness::ReproducerCommand(rep.shrunk, rep.backend, f.plugins,
+                                         f.repro_flags)
                   .c_str());
         } else if (n == o.shrink_per_backend + kOneLiners) {
           std::printf("FAIL [%s] ... further failures only in the summary%s\n",
@@ -391,7 +388,7 @@ int Check(int argc, char** argv) {
   const harness::JsonContext ctx{
       std::string(harness::TierName(o.tier)), o.seed,
       std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count),
-      f.plugins};
+      f.plugins, f.repro_flags};
   for (auto [file, text] : {std::pair{&json, std::function([&] {
                                         return harness::CampaignJson(res, ctx);
                                       })},

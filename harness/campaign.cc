@@ -35,6 +35,11 @@ CampaignResult RunCampaign(
     res.backends.push_back(std::move(s));
   }
   std::vector<int> shrunk(backends.size(), 0);
+  // Deaths in a row per backend; a quarantined backend is left out.
+  std::vector<int> dying(backends.size(), 0);
+  std::vector<bool> quarantined(backends.size(), false);
+  std::vector<Backend*> active;
+  std::vector<size_t> active_index;
   const auto t0 = Clock::now();
   const std::clock_t cpu0 = std::clock();
   auto last_progress = t0;
@@ -59,7 +64,17 @@ CampaignResult RunCampaign(
       }
     }
     SetActivity("running case " + c.ToString());
-    auto results = RunCase(c, backends);
+    active.clear();
+    active_index.clear();
+    for (size_t i = 0; i < backends.size(); ++i) {
+      if (quarantined[i]) {
+        ++res.backends[i].not_run;
+      } else {
+        active.push_back(backends[i]);
+        active_index.push_back(i);
+      }
+    }
+    auto results = RunCase(c, active);
     if (!results.ok()) {
       res.fatal = true;
       res.fatal_message =
@@ -69,8 +84,9 @@ CampaignResult RunCampaign(
       break;
     }
     ++res.cases;
-    for (size_t i = 0; i < backends.size(); ++i) {
-      const CheckResult& r = (*results)[i];
+    for (size_t k = 0; k < active.size(); ++k) {
+      const size_t i = active_index[k];
+      const CheckResult& r = (*results)[k];
       BackendSummary& s = res.backends[i];
       s.seconds += r.seconds;
       if (r.outcome == Outcome::kSkipped) {
@@ -81,6 +97,16 @@ CampaignResult RunCampaign(
       if (r.ratio > s.worst_ratio) {
         s.worst_ratio = r.ratio;
         s.worst_case = c.ToString();
+      }
+      if (IsDeath(r.outcome)) {
+        ++s.deaths;
+        if (++dying[i] >= o.quarantine_after && o.quarantine_after > 0) {
+          quarantined[i] = true;
+          s.quarantined = "its worker died in " + std::to_string(dying[i]) +
+                          " cases in a row (the last: " + c.ToString() + ")";
+        }
+      } else {
+        dying[i] = 0;
       }
       if (!r.failed()) continue;
       ++s.failures;
@@ -93,11 +119,24 @@ CampaignResult RunCampaign(
       const bool stopping = o.stop != nullptr && o.stop->load() != 0;
       if (shrunk[i] < o.shrink_per_backend && !stopping) {
         ++shrunk[i];
+        const bool death = IsDeath(r.outcome);
+        if (death) {
+          // Replayed alone in a fresh worker first: a death that needs the
+          // calls before it is reported as found, with that said.
+          backends[i]->Reset();
+          Backend* one[] = {backends[i]};
+          auto again = RunCase(c, one);
+          rep.reproduced_alone =
+              again.ok() && (*again)[0].outcome == r.outcome;
+        }
         const ShrinkResult sr =
-            ShrinkOnBackend(c, r, *backends[i], o.max_shrink_attempts);
+            !rep.reproduced_alone
+                ? ShrinkResult{c, r, 0, 0}
+                : ShrinkOnBackend(c, r, *backends[i], o.max_shrink_attempts,
+                                  death ? o.death_shrink_budget_s : 0);
         rep.shrunk = sr.smallest;
         rep.result = sr.failure;
-        rep.was_shrunk = true;
+        rep.was_shrunk = rep.reproduced_alone;
         rep.shrink_attempts = sr.attempts;
         rep.shrink_accepted = sr.accepted;
       }

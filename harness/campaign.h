@@ -39,6 +39,13 @@ struct CampaignOptions {
   // runs; the rest are reported unshrunk with their reproducer).
   int shrink_per_backend = 3;
   int max_shrink_attempts = 300;
+  // A death (crash, exit, timeout) is shrunk with each candidate in a fresh
+  // worker (Backend::Reset) and for at most this long: a hang costs its
+  // deadline per candidate that still hangs.
+  double death_shrink_budget_s = 60;
+  // A backend whose worker died in this many cases in a row is quarantined:
+  // not run on the rest of the campaign (its deaths are already findings).
+  int quarantine_after = 3;
   // Each case's memory estimate (CaseMemory) is held to this before it
   // runs; over it, the campaign stops with a harness error naming the case
   // and the bytes. 0: no limit.
@@ -59,6 +66,10 @@ struct BackendSummary {
   double worst_ratio = 0;  // worst error/bound over passing and failing runs
   std::string worst_case;  // the case string of that ratio
   double seconds = 0;      // inside the backend
+  int64_t deaths = 0;      // cases in which its worker died
+  // Set when quarantined: why, and the cases it then did not run.
+  std::string quarantined;
+  int64_t not_run = 0;
 };
 
 struct FailureReport {
@@ -69,6 +80,10 @@ struct FailureReport {
   bool was_shrunk = false;
   int shrink_attempts = 0;
   int shrink_accepted = 0;
+  // For a death: false when the case, replayed alone in a fresh worker, did
+  // not die the same way (the kernel's state from earlier calls matters;
+  // the reproducer may then pass).
+  bool reproduced_alone = true;
 };
 
 struct CampaignResult {

@@ -78,6 +78,15 @@ std::string Header(const std::string& backend, const CheckResult& r) {
     case Outcome::kError:
       what = "returned an error on a supported problem";
       break;
+    case Outcome::kCrash:
+      what = "its worker process crashed";
+      break;
+    case Outcome::kExit:
+      what = "its worker process exited in the middle of a call";
+      break;
+    case Outcome::kTimeout:
+      what = "hung: no answer before the call's deadline";
+      break;
     default:
       what = std::string(OutcomeName(r.outcome));
       break;
@@ -101,15 +110,18 @@ std::string ShellQuote(std::string_view s) {
 }
 
 std::string ReproducerCommand(const Case& c, std::string_view backend,
-                              std::span<const std::string> plugins) {
+                              std::span<const std::string> plugins,
+                              std::string_view extra_flags) {
   std::string s = "./attnkit check --repro " + ShellQuote(c.ToString()) +
                   " --backends " + std::string(backend);
   for (const std::string& p : plugins) s += " --plugin " + ShellQuote(p);
+  if (!extra_flags.empty()) s += " " + std::string(extra_flags);
   return s;
 }
 
 std::string FormatFailure(const FailureReport& f,
-                          std::span<const std::string> plugins) {
+                          std::span<const std::string> plugins,
+                          std::string_view extra_flags) {
   std::string s = Header(f.backend, f.result) + Details(f.result);
   const Case& c = f.shrunk;
   s += "  Seed " + std::to_string(c.seed) + ", case " +
@@ -124,7 +136,14 @@ std::string FormatFailure(const FailureReport& f,
          std::to_string(f.shrink_accepted) + " of " +
          std::to_string(f.shrink_attempts) + " simplifications kept)\n";
   }
-  s += "  Reproduce: " + ReproducerCommand(c, f.backend, plugins) + "\n";
+  if (!f.reproduced_alone) {
+    s += "  Not shrunk: replayed alone in a fresh worker it did not " +
+         std::string(OutcomeName(f.result.outcome)) +
+         " -- the kernel's state from the calls before it matters, and the "
+         "reproducer below may pass\n";
+  }
+  s += "  Reproduce: " +
+       ReproducerCommand(c, f.backend, plugins, extra_flags) + "\n";
   return s;
 }
 
@@ -159,6 +178,11 @@ std::string FormatSummary(const CampaignResult& r) {
         b.seconds > 0 ? static_cast<double>(b.cases) / b.seconds : 0.0);
     s += line;
   }
+  for (const BackendSummary& b : r.backends) {
+    if (b.quarantined.empty()) continue;
+    s += "QUARANTINED [" + b.name + "] " + b.quarantined + "; not run on the " +
+         std::to_string(b.not_run) + " case(s) after\n";
+  }
   std::snprintf(
       line, sizeof(line),
       "%lld cases in %.1f s, %.1f s CPU (%.0f cases/min, oracle and "
@@ -180,7 +204,12 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
                         {"skipped", b.skipped},
                         {"worst_ratio", b.worst_ratio},
                         {"worst_case", b.worst_case},
-                        {"seconds", b.seconds}});
+                        {"seconds", b.seconds},
+                        {"deaths", b.deaths},
+                        {"quarantined", b.quarantined.empty()
+                                            ? Json(nullptr)
+                                            : Json(b.quarantined)},
+                        {"not_run", b.not_run}});
   }
   Json failures = Json::array();
   for (const FailureReport& f : r.reports) {
@@ -191,7 +220,9 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
          {"case", f.shrunk.ToString()},
          {"original_case", f.original.ToString()},
          {"shrunk", f.was_shrunk},
-         {"reproducer", ReproducerCommand(f.shrunk, f.backend, ctx.plugins)},
+         {"reproducer", ReproducerCommand(f.shrunk, f.backend, ctx.plugins,
+                                          ctx.extra_flags)},
+         {"reproduced_alone", f.reproduced_alone},
          {"step", c.step},
          {"message", c.message},
          {"mismatched", c.error.mismatched},
@@ -255,12 +286,12 @@ std::string CampaignJunit(const CampaignResult& r, const JsonContext& ctx) {
     for (const FailureReport& f : r.reports) {
       if (f.backend != b.name) continue;
       const std::string repro =
-          ReproducerCommand(f.shrunk, f.backend, ctx.plugins);
+          ReproducerCommand(f.shrunk, f.backend, ctx.plugins, ctx.extra_flags);
       x += "    <testcase" + Attr("classname", "attnkit." + b.name) +
            Attr("name", f.shrunk.ToString()) + ">\n      <failure" +
            Attr("type", OutcomeName(f.result.outcome)) +
            Attr("message", repro) + ">" +
-           MarkupEscape(FormatFailure(f, ctx.plugins)) +
+           MarkupEscape(FormatFailure(f, ctx.plugins, ctx.extra_flags)) +
            "</failure>\n    </testcase>\n";
     }
     if (passed > 0) {

@@ -14,12 +14,14 @@ namespace attnkit::harness {
 
 // Bumped whenever a field changes meaning or disappears (additions too, so
 // consumers can rely on a version's fields being present).
-inline constexpr int kJsonSchemaVersion = 1;
+inline constexpr int kJsonSchemaVersion = 2;  // 2: deaths, quarantine
 
 // The one-line command that replays `c` on `backend`; plug-ins needed to
-// build that backend are passed along.
+// build that backend are passed along, and `extra_flags` (the isolation
+// and deadline flags the run was given) appended as they are.
 std::string ReproducerCommand(const Case& c, std::string_view backend,
-                              std::span<const std::string> plugins = {});
+                              std::span<const std::string> plugins = {},
+                              std::string_view extra_flags = {});
 
 // Single quotes for a POSIX shell (case strings never contain one, but a
 // plug-in path might).
@@ -29,12 +31,14 @@ std::string ShellQuote(std::string_view s);
 // and relative differences with their [b, h, i, e] index, the mean error,
 // the bounds, seed/index, the (shrunk) problem and the reproducer.
 std::string FormatFailure(const FailureReport& f,
-                          std::span<const std::string> plugins = {});
+                          std::span<const std::string> plugins = {},
+                          std::string_view extra_flags = {});
 
 // One check's result in the same words (the --repro path).
 std::string FormatResult(const Case& c, const CheckResult& r);
 
-// backend | cases | failures | skipped | worst err/bound | cases/s.
+// backend | cases | failures | skipped | worst err/bound | cases/s, then a
+// QUARANTINED line per backend left out after its worker kept dying.
 std::string FormatSummary(const CampaignResult& r);
 
 struct JsonContext {
@@ -42,6 +46,7 @@ struct JsonContext {
   uint64_t seed = 0;
   std::string shard;  // "i/n"
   std::span<const std::string> plugins;
+  std::string extra_flags;  // for the reproducers (ReproducerCommand)
 };
 // {"schema_version", "tool", "tier", "seed", "shard", "summary": {cases,
 // failures, seconds, cpu_seconds, interrupted, fatal}, "backends": [...],

@@ -140,6 +140,30 @@ Status Supported(Backend& b, const AttentionProblem& p) {
   }
 }
 
+// The outcome of a call that returned an error: the backend answering
+// (kError), or its worker process dying in the call.
+Outcome ErrorOutcome(const Backend& b) {
+  switch (b.LastFault()) {
+    case Fault::kCrash:
+      return Outcome::kCrash;
+    case Fault::kExit:
+      return Outcome::kExit;
+    case Fault::kTimeout:
+      return Outcome::kTimeout;
+    case Fault::kNone:
+      break;
+  }
+  return Outcome::kError;
+}
+
+// Supports() said no: a skip -- unless the worker died asking, which is a
+// finding like any other death (a crash is never "not supported").
+void Declined(const Backend& b, const Status& s, CheckResult& r) {
+  r.outcome = b.LastFault() == Fault::kNone ? Outcome::kSkipped
+                                            : ErrorOutcome(b);
+  r.message = s.ToString();
+}
+
 StatusOr<std::vector<CheckResult>> RunPlain(
     const Case& c, std::span<Backend* const> backends) {
   const AttentionProblem& p = c.problem;
@@ -155,14 +179,14 @@ StatusOr<std::vector<CheckResult>> RunPlain(
     r.backend = std::string(backend->name());
     r.problem = p;
     if (Status s = Supported(*backend, p); !s.ok()) {
-      r.outcome = Outcome::kSkipped;
-      r.message = s.ToString();
+      Declined(*backend, s, r);
+      if (r.failed()) r.bounds = truth.bounds;
     } else {
       const Status called = TimedCall(data.args().out, r, [&] {
         return backend->Attention(p, data.args());
       });
       if (!called.ok()) {
-        r.outcome = Outcome::kError;
+        r.outcome = ErrorOutcome(*backend);
         r.message = called.ToString();
         r.bounds = truth.bounds;
       } else {
@@ -261,8 +285,8 @@ StatusOr<std::vector<CheckResult>> RunDecode(
     for (int64_t s = 0; s <= steps; ++s) {
       if (Status st = Supported(*backends[i], DecodeStepProblem(c, s));
           !st.ok()) {
-        r.outcome = Outcome::kSkipped;
-        r.message = st.ToString();
+        Declined(*backends[i], st, r);
+        if (r.failed()) r.step = s;
         break;
       }
     }
@@ -336,7 +360,7 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         return steppers[i].Step(call, {&layer, 1}, new_lens, nullptr);
       });
       if (!st.ok()) {
-        fail(Outcome::kError, st.ToString());
+        fail(ErrorOutcome(*backends[i]), st.ToString());
         continue;
       }
       const KvCache::View full = caches[i].Full(0);

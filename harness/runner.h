@@ -31,6 +31,10 @@ enum class Outcome : uint8_t {
   kKvCache,     // cache bytes differ from the naive concatenation
   kStrayWrite,  // wrote output rows past q_lens[b] (or cache past the end)
   kError,       // returned an error (or threw) on a supported problem
+  // The backend's worker process (backends/remote.h) died in a call:
+  kCrash,    // killed by a signal (SIGSEGV, abort()'s SIGABRT, ...)
+  kExit,     // exited, whatever its status (exit(0) included)
+  kTimeout,  // overran the call's deadline (hung) and was killed
 };
 inline constexpr auto kOutcomeNames = MakeEnumTable<Outcome>({
     {Outcome::kPass, "pass"},
@@ -40,9 +44,16 @@ inline constexpr auto kOutcomeNames = MakeEnumTable<Outcome>({
     {Outcome::kKvCache, "kv_cache"},
     {Outcome::kStrayWrite, "stray_write"},
     {Outcome::kError, "error"},
+    {Outcome::kCrash, "crash"},
+    {Outcome::kExit, "exit"},
+    {Outcome::kTimeout, "timeout"},
 });
 static_assert(kOutcomeNames.RoundTrips());
 inline std::string_view OutcomeName(Outcome o) { return kOutcomeNames.Name(o); }
+// The backend's process died (not merely answered wrong).
+inline bool IsDeath(Outcome o) {
+  return o == Outcome::kCrash || o == Outcome::kExit || o == Outcome::kTimeout;
+}
 
 struct CheckResult {
   std::string backend;

@@ -1,6 +1,7 @@
 #include "harness/shrink.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace attnkit::harness {
 namespace {
@@ -147,13 +148,20 @@ std::vector<Case> ShrinkCandidates(const Case& c) {
 }
 
 ShrinkResult Shrink(const Case& c, const CheckResult& failure,
-                    const FailureOf& fails, int max_attempts) {
+                    const FailureOf& fails, int max_attempts,
+                    double time_budget_s) {
   ShrinkResult r{c, failure, 0, 0};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out_of_time = [&] {
+    return time_budget_s > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                   .count() >= time_budget_s;
+  };
   bool progress = true;
   while (progress && r.attempts < max_attempts) {
     progress = false;
     for (const Case& t : ShrinkCandidates(r.smallest)) {
-      if (r.attempts >= max_attempts) break;
+      if (r.attempts >= max_attempts || out_of_time()) break;
       ++r.attempts;
       std::optional<CheckResult> f = fails(t);
       if (f && f->outcome == failure.outcome) {
@@ -169,16 +177,19 @@ ShrinkResult Shrink(const Case& c, const CheckResult& failure,
 }
 
 ShrinkResult ShrinkOnBackend(const Case& c, const CheckResult& failure,
-                             Backend& backend, int max_attempts) {
+                             Backend& backend, int max_attempts,
+                             double time_budget_s) {
   Backend* one[] = {&backend};
+  const bool fresh = IsDeath(failure.outcome);
   return Shrink(
       c, failure,
       [&](const Case& t) -> std::optional<CheckResult> {
+        if (fresh) backend.Reset();
         auto results = RunCase(t, one);
         if (!results.ok() || !(*results)[0].failed()) return std::nullopt;
         return (*results)[0];
       },
-      max_attempts);
+      max_attempts, time_budget_s);
 }
 
 }  // namespace attnkit::harness

@@ -31,12 +31,18 @@ struct ShrinkResult {
 // when it passes. A candidate is kept only when it fails with the same
 // outcome as `failure`. Stops after `max_attempts` runs.
 using FailureOf = std::function<std::optional<CheckResult>(const Case&)>;
+// Stops after `max_attempts` runs or, when time_budget_s > 0, once that
+// much time has passed.
 ShrinkResult Shrink(const Case& c, const CheckResult& failure,
-                    const FailureOf& fails, int max_attempts = 400);
+                    const FailureOf& fails, int max_attempts = 400,
+                    double time_budget_s = 0);
 
-// Shrinks against one backend through RunCase.
+// Shrinks against one backend through RunCase. A death (crash, exit,
+// timeout) runs each candidate after Backend::Reset (a fresh worker), so
+// the smallest case dies on its own, not because of the calls before it.
 ShrinkResult ShrinkOnBackend(const Case& c, const CheckResult& failure,
-                             Backend& backend, int max_attempts = 400);
+                             Backend& backend, int max_attempts = 400,
+                             double time_budget_s = 0);
 
 }  // namespace attnkit::harness
 

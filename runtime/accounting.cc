@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +89,23 @@ Counts Snapshot() {
 
 }  // namespace
 }  // namespace internal
+
+void RecordRemote(const Counts& c) {
+  using namespace internal;
+  if (!Active()) return;
+  g_allocs.v.fetch_add(c.allocs, std::memory_order_relaxed);
+  g_alloc_bytes.v.fetch_add(c.bytes_allocated, std::memory_order_relaxed);
+  g_frees.v.fetch_add(c.frees, std::memory_order_relaxed);
+  g_free_bytes.v.fetch_add(c.bytes_freed, std::memory_order_relaxed);
+  g_copied.v.fetch_add(c.bytes_copied, std::memory_order_relaxed);
+  const int64_t before = g_live.v.fetch_add(c.live_bytes,
+                                            std::memory_order_relaxed);
+  const int64_t peak = before + std::max<int64_t>(c.peak_live_bytes, 0);
+  for (uint32_t m = g_slot_mask.load(std::memory_order_acquire); m != 0;
+       m &= m - 1) {
+    AtomicMax(g_slot_peak[static_cast<size_t>(__builtin_ctz(m))].v, peak);
+  }
+}
 
 bool AllocHooksInstalled() {
   return internal::g_hooks_installed.load(std::memory_order_acquire);

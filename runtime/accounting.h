@@ -63,6 +63,14 @@ inline void RecordCopy(int64_t bytes) {
   if (internal::Active()) internal::OnCopySlow(bytes);
 }
 
+struct Counts;
+// What a backend's worker process (backends/remote.h) counted during one
+// call, added to this process's counters as if it had happened here:
+// allocations, frees, bytes copied and the net live bytes; the call's own
+// peak (c.peak_live_bytes above the worker's live bytes at its start) raises
+// every meter's peak above this process's live bytes. No-op with no Meter.
+void RecordRemote(const Counts& c);
+
 // True when this binary links attnkit_alloc_hooks (allocation counts are
 // real); false means they read 0 because nothing is counting.
 bool AllocHooksInstalled();

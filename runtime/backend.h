@@ -41,6 +41,12 @@ int64_t AppendedBytes(const KvAppendArgs& a);
 // accounting::RecordCopy (runtime/accounting.h). Preconditions: ValidateAppend.
 int64_t AppendKvStrided(const KvAppendArgs& a);
 
+// How a backend that runs in another process (backends/remote.h) lost its
+// last call: the process was killed by a signal, exited (exit(0) included),
+// or overran the call's deadline and was killed. In-process backends never
+// report one (a crash there takes the caller with it).
+enum class Fault : uint8_t { kNone = 0, kCrash, kExit, kTimeout };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -73,6 +79,16 @@ class Backend {
     AppendKvStrided(a);
     return Status::Ok();
   }
+
+  // After a call returned an error: whether it was the backend's process
+  // dying rather than the backend answering (the Status then says how, with
+  // the process's last output). Cleared by the next call.
+  virtual Fault LastFault() const { return Fault::kNone; }
+
+  // Forgets state kept between calls where the backend can, so that the next
+  // call behaves as the first would (a worker process is replaced by a fresh
+  // one): a failure found after many calls is then replayed alone.
+  virtual void Reset() {}
 };
 
 }  // namespace attnkit

@@ -1,5 +1,8 @@
 #include "runtime/flags.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <algorithm>
 #include <bit>
 #include <utility>
@@ -102,6 +105,25 @@ FlagParser& FlagParser::Uint64(std::string name, uint64_t* target,
                                : "not an integer in [0, " + Bound(max) + "]";
                   }
                   *target = *n;
+                  return std::string();
+                });
+}
+
+FlagParser& FlagParser::Seconds(std::string name, double* target, double max,
+                                std::string help) {
+  return Custom(std::move(name), "SECONDS", std::move(help),
+                [target, max](std::string_view v) {
+                  const std::string text(v);
+                  char* end = nullptr;
+                  const double s = std::strtod(text.c_str(), &end);
+                  if (text.empty() || end != text.c_str() + text.size() ||
+                      !(s > 0) || s > max) {
+                    char range[64];
+                    std::snprintf(range, sizeof(range),
+                                  "not a number of seconds in (0, %g]", max);
+                    return std::string(range);
+                  }
+                  *target = s;
                   return std::string();
                 });
 }

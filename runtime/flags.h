@@ -68,6 +68,9 @@ class FlagParser {
   FlagParser& Uint64(std::string name, uint64_t* target, std::string help,
                      uint64_t max = UINT64_MAX, std::string value_name = "N");
   FlagParser& Bool(std::string name, bool* target, std::string help);
+  // A number of seconds in (0, max].
+  FlagParser& Seconds(std::string name, double* target, double max,
+                      std::string help);
   // One of the table's names; --help shows them as the value ("f32|bf16").
   template <typename E, size_t N>
   FlagParser& Enum(std::string name, E* target, const EnumTable<E, N>& table,

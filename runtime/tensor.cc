@@ -8,6 +8,8 @@
 #include <sstream>
 #include <utility>
 
+#include "runtime/shared_memory.h"
+
 namespace attnkit {
 
 float TensorView::Load(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const {
@@ -88,6 +90,15 @@ AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
   // not cross page boundaries). The advice is best effort: with THP off it
   // does nothing and the buffer still works.
   const bool huge = bytes >= kHugePage && HugePagesWanted();
+  // With isolation on, the buffer is a shared segment a worker process maps
+  // (runtime/shared_memory.h); it starts zero-filled.
+  if (shared_memory::Enabled()) {
+    if (auto seg = shared_memory::Allocate(bytes, huge)) {
+      data_ = seg->base;
+      shared_ = true;
+      return;
+    }
+  }
   const size_t align = huge ? kHugePage : kAlignment;
   const size_t rounded = (bytes + align - 1) / align * align;
   data_ = std::aligned_alloc(align, rounded);
@@ -96,17 +107,29 @@ AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
   std::memset(data_, 0, rounded);
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+void AlignedBuffer::Release() {
+  if (shared_) {
+    shared_memory::Free(data_);
+  } else {
+    std::free(data_);
+  }
+  data_ = nullptr;
+  shared_ = false;
+}
+
+AlignedBuffer::~AlignedBuffer() { Release(); }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)),
-      size_(std::exchange(o.size_, 0)) {}
+      size_(std::exchange(o.size_, 0)),
+      shared_(std::exchange(o.shared_, false)) {}
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   if (this != &o) {
-    std::free(data_);
+    Release();
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
+    shared_ = std::exchange(o.shared_, false);
   }
   return *this;
 }

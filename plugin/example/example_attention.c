@@ -13,8 +13,14 @@
  * EXAMPLE_PLUGIN_TABLE_SIZE claims a shorter table (the loader must not read
  * past it), EXAMPLE_PLUGIN_APPEND_BUG plants a bug in the append,
  * EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE declines with a message that fills its
- * buffer without a NUL and starts with a terminal escape sequence.
+ * buffer without a NUL and starts with a terminal escape sequence, and
+ * EXAMPLE_PLUGIN_MISBEHAVE builds the kernel that misbehaves as the
+ * environment tells it (see misbehave() below): the isolation tests' crash,
+ * abort, hang, exit and print in every entry point.
  */
+#ifdef EXAMPLE_PLUGIN_MISBEHAVE
+#define _POSIX_C_SOURCE 200809L /* pause() */
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,7 +74,65 @@ static float load(const attnkit_plugin_tensor* t, int64_t i0, int64_t i1,
   return ((const float*)t->data)[off];
 }
 
+#ifdef EXAMPLE_PLUGIN_MISBEHAVE
+#include <signal.h>
+#include <unistd.h>
+
+/* ATTNKIT_TEST_MISBEHAVE=ACTION@ENTRY[+N]: entry point ENTRY (create,
+ * supports, attention, append_kv) behaves for its first N calls (default 0)
+ * in this process, then does ACTION on every call: segv (a write through a
+ * null pointer), abort, hang (never returns), exit0 / exit3 (exit(0) /
+ * exit(3) in the middle of the call), or print (a line to stdout and one to
+ * stderr, then the correct result). Unset: a correct kernel. */
+static void misbehave(const char* entry) {
+  static int calls[4];
+  static const char* const kEntries[4] = {"create", "supports", "attention",
+                                          "append_kv"};
+  const char* spec = getenv("ATTNKIT_TEST_MISBEHAVE");
+  const char* at = spec != NULL ? strchr(spec, '@') : NULL;
+  if (at == NULL) return;
+  const size_t action_len = (size_t)(at - spec);
+  const char* plus = strchr(at, '+');
+  const size_t entry_len = plus != NULL ? (size_t)(plus - at - 1)
+                                        : strlen(at + 1);
+  if (strlen(entry) != entry_len || strncmp(at + 1, entry, entry_len) != 0) {
+    return;
+  }
+  int slot = 0;
+  while (slot < 4 && strcmp(kEntries[slot], entry) != 0) ++slot;
+  if (slot == 4 || calls[slot]++ < (plus != NULL ? atoi(plus + 1) : 0)) return;
+#define EXAMPLE_IS(word) \
+  (action_len == strlen(word) && strncmp(spec, word, action_len) == 0)
+  if (!EXAMPLE_IS("print")) {
+    /* A last word, as a kernel's log would leave one. */
+    fprintf(stderr, "example_misbehave: %s: %.*s now\n", entry,
+            (int)action_len, spec);
+  }
+  if (EXAMPLE_IS("segv")) {
+    volatile int* volatile nowhere = NULL;
+    *nowhere = 1;
+  } else if (EXAMPLE_IS("abort")) {
+    abort();
+  } else if (EXAMPLE_IS("hang")) {
+    for (;;) pause();
+  } else if (EXAMPLE_IS("exit0")) {
+    exit(0);
+  } else if (EXAMPLE_IS("exit3")) {
+    exit(3);
+  } else if (EXAMPLE_IS("print")) {
+    printf("example_misbehave: %s says hello on stdout\n", entry);
+    fflush(stdout);
+    fprintf(stderr, "example_misbehave: %s says hello on stderr\n", entry);
+  }
+#undef EXAMPLE_IS
+}
+#define MISBEHAVE(entry) misbehave(entry)
+#else
+#define MISBEHAVE(entry) ((void)0)
+#endif
+
 static void* example_create(char* error, size_t error_capacity) {
+  MISBEHAVE("create");
   example_state* s = (example_state*)calloc(1, sizeof(example_state));
   if (s == NULL) snprintf(error, error_capacity, "out of memory");
   return s;
@@ -86,6 +150,7 @@ static attnkit_plugin_status example_supports(void* instance,
                                               char* error,
                                               size_t error_capacity) {
   (void)instance;
+  MISBEHAVE("supports");
   if (p->head_dim > EXAMPLE_PLUGIN_HEAD_DIM_MAX) {
 #ifdef EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE
     /* A hostile message: a terminal escape sequence, then every byte it was
@@ -108,6 +173,7 @@ static attnkit_plugin_status example_attention(
     size_t error_capacity) {
   example_state* s = (example_state*)instance;
   const int64_t d = p->head_dim;
+  MISBEHAVE("attention");
   if (p->kv_heads < 1 || p->q_heads % p->kv_heads != 0) {
     snprintf(error, error_capacity,
              "kv_heads=%lld does not divide q_heads=%lld",
@@ -214,6 +280,7 @@ static attnkit_plugin_status example_append_kv(
     void* instance, const attnkit_plugin_kv_append_args* a, char* error,
     size_t error_capacity) {
   (void)instance;
+  MISBEHAVE("append_kv");
   if (EXAMPLE_PLUGIN_TABLE_SIZE < sizeof(attnkit_plugin_v1_table)) {
     /* The test variant whose table claims to end before append_kv: the
      * loader must not even read the field, so reaching here is its bug. */
