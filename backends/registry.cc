@@ -102,9 +102,6 @@ StatusOr<std::vector<BackendSource>> ResolveBackends(
     const ResolveOptions& options) {
   const bool builtins_apart = options.isolation == Isolation::kProcess;
   const bool plugins_apart = options.isolation != Isolation::kNone;
-  if (builtins_apart || (plugins_apart && !plugin_paths.empty())) {
-    shared_memory::Enable();
-  }
   const RemoteOptions remote = options.remote;
   std::vector<BackendSource> all;
   for (const BackendInfo& info : kBackends) {

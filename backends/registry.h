@@ -83,8 +83,7 @@ std::string IsolationFlagsGiven(const FlagParser& p, const ResolveOptions& o);
 // The backends a tool runs: every registered one, then one per plug-in path
 // (plugin/loader.h; loaded once here -- in a worker when isolated -- so a
 // bad library is reported before anything runs), narrowed to `select` by
-// name and in its order when given. Isolated sources make RemoteBackends,
-// and shared memory is enabled for the tool's tensors from here on.
+// name and in its order when given. Isolated sources make RemoteBackends.
 // Errors name the bad path or name: a plug-in that does not load, a plug-in
 // whose name is taken, a selected name that none has (listing what there
 // is), a name selected twice.

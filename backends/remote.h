@@ -3,9 +3,9 @@
 // RemoteBackend starts `attnkit_worker` (exec'd, never forked: this process
 // has OpenMP threads) serving one backend -- a plug-in by path or a
 // registered backend by name -- and forwards every call over a socket. The
-// tensors stay where they are: AlignedBuffers live in shared segments once
-// isolation is on (runtime/shared_memory.h), and a request names (segment,
-// offset) instead of copying; a view outside every segment (a std::vector,
+// tensors stay where they are: the tools allocate them in shared segments
+// (runtime/shared_memory.h's Scope, when InWorkerProcess()), and a request
+// names (segment, offset) instead of copying; a view outside every segment (a std::vector,
 // a buffer allocated before isolation was enabled) is staged through a
 // scratch segment -- copied in, and for outputs copied back -- so
 // correctness never depends on who allocated.
@@ -70,6 +70,7 @@ class RemoteBackend final : public Backend {
   Status ReserveWorkspace(const AttentionProblem& largest) override;
   Status AppendKv(const KvAppendArgs& a) override;
   Fault LastFault() const override { return fault_; }
+  bool InWorkerProcess() const override { return true; }
   void Reset() override;
 
   // Workers that died (crash, exit or timeout) since Start.

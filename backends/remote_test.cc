@@ -83,7 +83,7 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(RemoteBackendTest, ComputesWhatTheInProcessPluginComputesInSharedMemory) {
-  shared_memory::Enable();
+  shared_memory::Scope share(true);
   auto r = RemoteBackend::Start({"", kPlugin});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->name(), "example_misbehave");
@@ -100,6 +100,7 @@ TEST(RemoteBackendTest, ComputesWhatTheInProcessPluginComputesInSharedMemory) {
 
 TEST(RemoteBackendTest, StagesViewsOutsideEverySegmentAndCopiesOutBack) {
   const AttentionProblem p = Problem();
+  EXPECT_FALSE(shared_memory::Enabled());
   Data d(p);
   // Plain heap copies of every tensor: no segment holds them.
   std::vector<float> q(d.q.view.As<float>(),
@@ -130,7 +131,7 @@ struct DeathCase {
 class RemoteDeathTest : public testing::TestWithParam<DeathCase> {};
 
 TEST_P(RemoteDeathTest, DeathInAttentionIsAFaultAndTheNextCallRestarts) {
-  shared_memory::Enable();
+  shared_memory::Scope share(true);
   const DeathCase& c = GetParam();
   RemoteOptions o;
   o.call_timeout_s = 0.5;
@@ -235,7 +236,7 @@ TEST(RemoteBackendTest, StartNamesAPluginThatDoesNotLoadOrDiesLoading) {
 }
 
 TEST(RemoteBackendTest, TheWorkersAppendBytesReachThisProcesssMeter) {
-  shared_memory::Enable();
+  shared_memory::Scope share(true);
   auto r = RemoteBackend::Start({"", kPlugin});
   ASSERT_TRUE(r.ok());
   const std::array<int64_t, 4> cache_shape{1, 2, 8, 16}, new_shape{1, 2, 2, 16};
@@ -259,7 +260,7 @@ TEST(RemoteBackendTest, TheWorkersAppendBytesReachThisProcesssMeter) {
 }
 
 TEST(RemoteBackendTest, RegisteredBackendsRunInTheFullWorker) {
-  shared_memory::Enable();
+  shared_memory::Scope share(true);
   auto r = RemoteBackend::Start({"reference", ""});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->name(), "reference");

@@ -7,6 +7,7 @@
 #include "reference/concat_kv.h"
 #include "runtime/limits.h"
 #include "runtime/random.h"
+#include "runtime/shared_memory.h"
 
 namespace attnkit::decode {
 namespace {
@@ -193,6 +194,8 @@ Status DecodeSession::Init() {
                                          ? c.make_backend()
                                          : backends::MakeBackend(c.backend));
 
+  // A backend in a worker reads the cache and inputs where they lie.
+  shared_memory::Scope share(backend_->InWorkerProcess());
   problem_ = c.LargestProblem(DecodeMode::kInPlace);
   const int64_t cap = c.Capacity();
   // Size the backend for the longest context this session reaches.
@@ -245,6 +248,7 @@ Status DecodeSession::Prefill() {
   std::vector<int64_t> lens(static_cast<size_t>(c.batch));
   for (int64_t b = 0; b < c.batch; ++b) lens[b] = c.StartLen(b);
   // One staging buffer for K and V of a layer, freed before the first step.
+  shared_memory::Scope share(backend_->InWorkerProcess());
   Tensor k = Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, n, c.head_dim});
   Tensor v = Tensor::Contiguous(c.dtype, {c.batch, c.kv_heads, n, c.head_dim});
   for (int64_t l = 0; l < c.layers; ++l) {

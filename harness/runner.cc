@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 
 #include "decode/step.h"
 #include "reference/concat_kv.h"
@@ -13,6 +14,7 @@
 #include "reference/reference.h"
 #include "runtime/kv_cache.h"
 #include "runtime/random.h"
+#include "runtime/shared_memory.h"
 
 namespace attnkit::harness {
 namespace {
@@ -164,11 +166,19 @@ void Declined(const Backend& b, const Status& s, CheckResult& r) {
   r.message = s.ToString();
 }
 
+bool AnyInWorker(std::span<Backend* const> backends) {
+  return std::any_of(backends.begin(), backends.end(),
+                     [](const Backend* b) { return b->InWorkerProcess(); });
+}
+
 StatusOr<std::vector<CheckResult>> RunPlain(
     const Case& c, std::span<Backend* const> backends) {
   const AttentionProblem& p = c.problem;
-  ATTNKIT_ASSIGN_OR_RETURN(AttentionData data,
-                           AttentionData::Create(p, p.max_kv_len() + c.kv_pad));
+  auto created = [&] {
+    shared_memory::Scope share(AnyInWorker(backends));
+    return AttentionData::Create(p, p.max_kv_len() + c.kv_pad);
+  }();
+  ATTNKIT_ASSIGN_OR_RETURN(AttentionData data, std::move(created));
   Rng rng = ValueRng(c);
   data.Fill(p, rng, c.profile);
   ATTNKIT_ASSIGN_OR_RETURN(reference::Truth truth,
@@ -290,12 +300,17 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         break;
       }
     }
-    ATTNKIT_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(kc));
+    auto created = [&] {
+      shared_memory::Scope share(backends[i]->InWorkerProcess());
+      return KvCache::Create(kc);
+    }();
+    ATTNKIT_ASSIGN_OR_RETURN(KvCache cache, std::move(created));
     cache.Clear(std::byte{kCacheFill});
     caches.push_back(std::move(cache));
     steppers.push_back(decode::Stepper::InPlace(*backends[i], caches.back()));
   }
   reference::ConcatKv golden(p.batch, p.kv_heads, p.head_dim, p.dtype);
+  const bool share_steps = AnyInWorker(backends);
 
   for (int64_t s = 0; s <= steps; ++s) {
     const AttentionProblem ps = DecodeStepProblem(c, s);
@@ -309,6 +324,8 @@ StatusOr<std::vector<CheckResult>> RunDecode(
                                            p.head_dim};
     // New tokens in the problem's layout too: a token-major (BSHD) staging
     // buffer is what a projection emits.
+    std::optional<shared_memory::Scope> share;
+    share.emplace(share_steps);
     Tensor new_k = Tensor::Allocate(p.dtype, new_shape,
                                     KvStrides(p.layout, false, new_shape));
     Tensor new_v = Tensor::Allocate(p.dtype, new_shape,
@@ -325,6 +342,7 @@ StatusOr<std::vector<CheckResult>> RunDecode(
       bias =
           Tensor::Contiguous(DType::kF32, {p.batch, p.q_heads, mq, capacity});
     }
+    share.reset();
     for (int64_t b = 0; b < p.batch; ++b) {
       CopyRows(whole.k, positions[b], new_k.view, 0, b, new_lens[b]);
       CopyRows(whole.v, positions[b], new_v.view, 0, b, new_lens[b]);

@@ -80,6 +80,10 @@ class Backend {
     return Status::Ok();
   }
 
+  // True when the calls run in another process (backends/remote.h): its
+  // tensors are best allocated in shared memory (shared_memory::Scope).
+  virtual bool InWorkerProcess() const { return false; }
+
   // After a call returned an error: whether it was the backend's process
   // dying rather than the backend answering (the Status then says how, with
   // the process's last output). Cleared by the next call.

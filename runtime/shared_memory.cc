@@ -18,7 +18,7 @@ constexpr size_t kHugePage = size_t{2} << 20;
 // few per layer; past this, buffers fall back to the heap (and are staged).
 constexpr size_t kMaxSegments = 4096;
 
-std::atomic<bool> g_enabled{false};
+thread_local int t_share_depth = 0;
 std::atomic<uint64_t> g_next_id{1};
 
 // Sorted by base: binary search per lookup, memmove per insert/erase, no
@@ -96,8 +96,13 @@ std::optional<Segment> MapNew(size_t bytes, size_t align) {
 
 }  // namespace
 
-void Enable() { g_enabled.store(true, std::memory_order_release); }
-bool Enabled() { return g_enabled.load(std::memory_order_acquire); }
+Scope::Scope(bool share) : share_(share) {
+  if (share_) ++t_share_depth;
+}
+Scope::~Scope() {
+  if (share_) --t_share_depth;
+}
+bool Enabled() { return t_share_depth > 0; }
 
 std::optional<Segment> CreateUnregistered(size_t bytes) {
   std::optional<Segment> s = MapNew(bytes, 64);

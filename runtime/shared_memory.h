@@ -1,6 +1,6 @@
-// Memory another process can map: once Enable() is called, every
-// AlignedBuffer (tensor.h) is a segment of its own -- a memfd mapped
-// MAP_SHARED -- so a backend running in a worker process
+// Memory another process can map: while a Scope(true) is alive on a thread,
+// every AlignedBuffer (tensor.h) that thread allocates is a segment of its
+// own -- a memfd mapped MAP_SHARED -- so a backend running in a worker process
 // (backends/remote.h) reads and writes the caller's tensors where they lie,
 // with no copy per call: the caller passes the segment's file descriptor
 // once, then (segment, offset) per tensor.
@@ -18,9 +18,22 @@
 
 namespace attnkit::shared_memory {
 
-// From now on, AlignedBuffers are shared segments (process-wide, one way:
-// buffers allocated before stay on the heap). Idempotent.
-void Enable();
+// Code that allocates tensors for a backend in a worker (the tester's case
+// data, a decode session's cache and inputs) holds a Scope(true) around the
+// allocations -- and only there: shared pages cost more to fault in than
+// heap ones, and the heap's state is part of what the naive decode path
+// measures, so nothing else moves. Scopes nest (per thread).
+class Scope {
+ public:
+  explicit Scope(bool share);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  bool share_;
+};
+// Whether this thread's AlignedBuffers are shared segments now.
 bool Enabled();
 
 struct Segment {

@@ -90,8 +90,8 @@ AlignedBuffer::AlignedBuffer(size_t bytes) : size_(bytes) {
   // not cross page boundaries). The advice is best effort: with THP off it
   // does nothing and the buffer still works.
   const bool huge = bytes >= kHugePage && HugePagesWanted();
-  // With isolation on, the buffer is a shared segment a worker process maps
-  // (runtime/shared_memory.h); it starts zero-filled.
+  // For a backend in a worker process, the buffer is a shared segment it
+  // maps (runtime/shared_memory.h); it starts zero-filled.
   if (shared_memory::Enabled()) {
     if (auto seg = shared_memory::Allocate(bytes, huge)) {
       data_ = seg->base;

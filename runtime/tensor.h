@@ -55,9 +55,9 @@ std::array<int64_t, 4> ContiguousStrides(const std::array<int64_t, 4>& shape);
 
 // 64-byte aligned, zero-initialised heap memory (one cache line, and one
 // AVX-512 vector, per alignment unit); large buffers are backed by huge
-// pages where the kernel allows. Once shared_memory::Enable() has been
-// called, a buffer is a shared segment instead (runtime/shared_memory.h), so
-// a backend in a worker process reads it in place. Move-only.
+// pages where the kernel allows. Inside a shared_memory::Scope(true) a
+// buffer is a shared segment instead (runtime/shared_memory.h), so a backend
+// in a worker process reads it in place. Move-only.
 class AlignedBuffer {
  public:
   static constexpr size_t kAlignment = 64;
