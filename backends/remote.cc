@@ -88,12 +88,7 @@ RemoteBackend::~RemoteBackend() {
 StatusOr<std::unique_ptr<RemoteBackend>> RemoteBackend::Start(
     const WorkerSpec& spec, const RemoteOptions& options) {
   std::unique_ptr<RemoteBackend> b(new RemoteBackend(spec, options));
-  const std::string what = spec.plugin_path.empty()
-                               ? "backend=" + spec.registered
-                               : "plugin=" + spec.plugin_path;
-  if (Status s = b->Spawn(); !s.ok()) {
-    return Status(s.code(), what + ": " + s.message());
-  }
+  ATTNKIT_RETURN_IF_ERROR(b->Spawn());
   return b;
 }
 
@@ -134,8 +129,8 @@ Status RemoteBackend::Spawn() {
   if (rc != 0) {
     close(sv[0]);
     close(pipe_fds[0]);
-    return Status::Internal(std::string("cannot start the worker ") + bin +
-                            ": " + std::strerror(rc));
+    return Status::Internal(Who() + ": cannot start the worker " + bin + ": " +
+                            std::strerror(rc));
   }
   pid_ = pid;
   sock_ = sv[0];
@@ -156,7 +151,7 @@ Status RemoteBackend::Spawn() {
   std::string name;
   if (!r.GetStatus(s) || !r.GetString(name)) {
     Kill();
-    return Status::Internal("the worker's hello is malformed");
+    return Status::Internal(Who() + ": the worker's hello is malformed");
   }
   if (!s.ok()) {
     Kill();
@@ -164,11 +159,16 @@ Status RemoteBackend::Spawn() {
   }
   if (!name_.empty() && name != name_) {
     Kill();
-    return Status::Internal("the restarted worker's backend is '" + name +
-                            "', not '" + name_ + "'");
+    return Status::Internal(Who() + ": the restarted worker's backend is '" +
+                            name + "', not '" + name_ + "'");
   }
   name_ = std::move(name);
   return Status::Ok();
+}
+
+std::string RemoteBackend::Who() const {
+  return spec_.plugin_path.empty() ? "backend=" + spec_.registered
+                                   : "plugin=" + spec_.plugin_path;
 }
 
 void RemoteBackend::Kill() {
@@ -250,8 +250,8 @@ Status RemoteBackend::Died(const char* what, Fault kind, int code,
   DrainOutput();
   const std::string tail = OutputTail();
   Kill();
-  return Status::Internal(std::string(name_.empty() ? "worker" : name_) +
-                          " " + how + " in " + what +
+  return Status::Internal((name_.empty() ? Who() + ": worker" : name_) + " " +
+                          how + " in " + what +
                           (tail.empty() ? "" : "; its last output:" + tail));
 }
 

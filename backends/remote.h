@@ -81,6 +81,7 @@ class RemoteBackend final : public Backend {
  private:
   explicit RemoteBackend(WorkerSpec spec, RemoteOptions options);
   Status Spawn();
+  std::string Who() const;  // "plugin=PATH" or "backend=NAME"
   void Kill();
   // Sends the request in out_ (with new segments' fds), waits up to
   // `deadline_s` for the response into in_. On a death: fault_, deaths_,

@@ -118,10 +118,17 @@ FlagParser& FlagParser::Seconds(std::string name, double* target, double max,
                   const double s = std::strtod(text.c_str(), &end);
                   if (text.empty() || end != text.c_str() + text.size() ||
                       !(s > 0) || s > max) {
-                    char range[64];
-                    std::snprintf(range, sizeof(range),
-                                  "not a number of seconds in (0, %g]", max);
-                    return std::string(range);
+                    char bound[32];
+                    std::snprintf(bound, sizeof(bound), "%g", max);
+                    std::string b = bound;  // 1e+07 -> 1e7
+                    if (const size_t e = b.find("e+"); e != std::string::npos) {
+                      size_t digits = e + 2;
+                      while (digits + 1 < b.size() && b[digits] == '0') {
+                        ++digits;
+                      }
+                      b = b.substr(0, e + 1) + b.substr(digits);
+                    }
+                    return "not a number of seconds in (0, " + b + "]";
                   }
                   *target = s;
                   return std::string();
