@@ -116,7 +116,8 @@ Status RemoteBackend::Spawn() {
   const char* bin = plugin ? ATTNKIT_PLUGIN_WORKER_BIN : ATTNKIT_WORKER_BIN;
   std::string fd_arg = std::to_string(kWorkerSocketFd);
   std::vector<char*> argv{const_cast<char*>(bin),
-                          const_cast<char*>("--socket"), fd_arg.data(),
+                          const_cast<char*>("--socket"),
+                          fd_arg.data(),
                           const_cast<char*>(plugin ? "--plugin" : "--backend"),
                           const_cast<char*>(plugin ? spec_.plugin_path.c_str()
                                                    : spec_.registered.c_str()),
@@ -144,7 +145,8 @@ Status RemoteBackend::Spawn() {
     close(scratch_.fd);
     scratch_ = {};
   }
-  ATTNKIT_RETURN_IF_ERROR(BeginRequest(static_cast<uint32_t>(wire::Op::kHello)));
+  ATTNKIT_RETURN_IF_ERROR(
+      BeginRequest(static_cast<uint32_t>(wire::Op::kHello)));
   ATTNKIT_RETURN_IF_ERROR(Call("start-up (loading the backend)", 60.0));
   wire::Reader r(std::span<const uint8_t>(in_.data(), in_len_));
   Status s;
@@ -323,8 +325,8 @@ void RemoteBackend::PutTensor(const TensorView& t, bool written) {
   } else if (auto seg = shared_memory::Find(t.data, span)) {
     AddSegment(*seg);
     ref.segment = seg->id;
-    ref.offset = static_cast<uint64_t>(static_cast<std::byte*>(t.data) -
-                                       seg->base);
+    ref.offset =
+        static_cast<uint64_t>(static_cast<std::byte*>(t.data) - seg->base);
   } else {
     // Outside every segment: a copy in the scratch (PrepareScratch sized
     // it), copied back after the call when the backend writes it.
@@ -488,7 +490,8 @@ Status RemoteBackend::Attention(const AttentionProblem& p,
 }
 
 Status RemoteBackend::AppendKv(const KvAppendArgs& a) {
-  ATTNKIT_RETURN_IF_ERROR(BeginRequest(static_cast<uint32_t>(wire::Op::kAppend)));
+  ATTNKIT_RETURN_IF_ERROR(
+      BeginRequest(static_cast<uint32_t>(wire::Op::kAppend)));
   ATTNKIT_RETURN_IF_ERROR(
       PrepareScratch({&a.k_cache, &a.v_cache, &a.new_k, &a.new_v}));
   PutTensor(a.k_cache, true);

@@ -5,9 +5,9 @@
 // registered backend by name -- and forwards every call over a socket. The
 // tensors stay where they are: the tools allocate them in shared segments
 // (runtime/shared_memory.h's Scope, when InWorkerProcess()), and a request
-// names (segment, offset) instead of copying; a view outside every segment (a std::vector,
-// a buffer allocated before isolation was enabled) is staged through a
-// scratch segment -- copied in, and for outputs copied back -- so
+// names (segment, offset) instead of copying; a view outside every segment (a
+// std::vector, a buffer allocated before isolation was enabled) is staged
+// through a scratch segment -- copied in, and for outputs copied back -- so
 // correctness never depends on who allocated.
 //
 // Each call has a deadline (fixed, or derived from its cost with a floor).
@@ -114,12 +114,12 @@ class RemoteBackend final : public Backend {
   // Request/response buffers, reused (no allocation per call once sized).
   std::vector<uint8_t> out_, in_;
   size_t in_len_ = 0;
-  std::vector<int> fds_;             // descriptors of this request
-  std::vector<uint64_t> sent_;       // segments the worker has mapped
-  std::vector<uint64_t> released_;   // of those, freed here since
-  std::vector<uint64_t> new_ids_;    // segments this request introduces
+  std::vector<int> fds_;            // descriptors of this request
+  std::vector<uint64_t> sent_;      // segments the worker has mapped
+  std::vector<uint64_t> released_;  // of those, freed here since
+  std::vector<uint64_t> new_ids_;   // segments this request introduces
   std::vector<uint64_t> new_sizes_;
-  size_t header_fixup_ = 0;          // where new/released counts go
+  size_t header_fixup_ = 0;  // where new/released counts go
   struct Staged {
     std::byte* user = nullptr;
     size_t scratch_offset = 0;

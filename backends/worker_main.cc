@@ -76,8 +76,8 @@ class Worker {
     for (uint32_t i = 0; i < n_new; ++i) {
       uint64_t id = 0, size = 0;
       if (!r.Get(id) || !r.Get(size)) return false;
-      void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     fds_[i], 0);
+      void* p =
+          mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fds_[i], 0);
       if (p == MAP_FAILED) return false;
       Unmap(id);
       maps_[id] = {static_cast<std::byte*>(p), static_cast<size_t>(size)};
@@ -136,11 +136,10 @@ class Worker {
       case wire::Op::kSupports:
       case wire::Op::kReserve: {
         if (!r.GetProblem(problem_) || !Segments(r)) return false;
-        w.PutStatus(static_cast<wire::Op>(op) == wire::Op::kSupports
-                        ? Guard([&] { return backend_->Supports(problem_); })
-                        : Guard([&] {
-                            return backend_->ReserveWorkspace(problem_);
-                          }));
+        w.PutStatus(
+            static_cast<wire::Op>(op) == wire::Op::kSupports
+                ? Guard([&] { return backend_->Supports(problem_); })
+                : Guard([&] { return backend_->ReserveWorkspace(problem_); }));
         return true;
       }
       case wire::Op::kAttention: {
@@ -274,6 +273,4 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace attnkit::backends
 
-int main(int argc, char** argv) {
-  return attnkit::backends::Main(argc, argv);
-}
+int main(int argc, char** argv) { return attnkit::backends::Main(argc, argv); }

@@ -278,9 +278,8 @@ FlagParser DecodeFlags(DecodeReportOptions& o, DecodeFlagState& st) {
               })
       .Uint64("--seed", &c.seed, "(default 1)");
   backends::AddIsolationFlags(p, &st.resolve);
-  p
-      .NonEmptyString("--json", &o.json_path, "FILE",
-                      "also write the rows as JSON");
+  p.NonEmptyString("--json", &o.json_path, "FILE",
+                   "also write the rows as JSON");
   return p;
 }
 
@@ -519,8 +518,7 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
               std::to_string(worst) + " > tolerance " + std::to_string(tol) +
               " at step " + std::to_string(worst_at / per_step));
         }
-        if (std::string bad = CheckLastStep(**session, truths);
-            !bad.empty()) {
+        if (std::string bad = CheckLastStep(**session, truths); !bad.empty()) {
           report.failures.push_back(name + bad);
         }
       }

@@ -162,15 +162,15 @@ FlagParser CheckFlags(Flags& f) {
                "needs a file name");
   backends::AddIsolationFlags(p, &f.resolve);
   p.Custom("--max-memory", "BYTES",
-              "refuse a case (or decode configuration) whose estimated\n"
-              "memory exceeds this; K, M, G, T suffixes (default: 80% of\n"
-              "MemAvailable)",
-              [&f](std::string_view v) -> std::string {
-                const auto n = ParseByteSize(v);
-                if (!n) return "not a byte count in [1, 2^62] (e.g. 512M, 4G)";
-                f.max_memory = *n;
-                return "";
-              })
+           "refuse a case (or decode configuration) whose estimated\n"
+           "memory exceeds this; K, M, G, T suffixes (default: 80% of\n"
+           "MemAvailable)",
+           [&f](std::string_view v) -> std::string {
+             const auto n = ParseByteSize(v);
+             if (!n) return "not a byte count in [1, 2^62] (e.g. 512M, 4G)";
+             f.max_memory = *n;
+             return "";
+           })
       .Custom("--max-work", "N",
               "refuse a --repro case whose f64 oracle needs more than N\n"
               "multiply-adds (batch*heads*q*kv*head_dim over its calls;\n"

@@ -126,8 +126,7 @@ CampaignResult RunCampaign(
           backends[i]->Reset();
           Backend* one[] = {backends[i]};
           auto again = RunCase(c, one);
-          rep.reproduced_alone =
-              again.ok() && (*again)[0].outcome == r.outcome;
+          rep.reproduced_alone = again.ok() && (*again)[0].outcome == r.outcome;
         }
         const ShrinkResult sr =
             !rep.reproduced_alone

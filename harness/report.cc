@@ -142,8 +142,8 @@ std::string FormatFailure(const FailureReport& f,
          " -- the kernel's state from the calls before it matters, and the "
          "reproducer below may pass\n";
   }
-  s += "  Reproduce: " +
-       ReproducerCommand(c, f.backend, plugins, extra_flags) + "\n";
+  s += "  Reproduce: " + ReproducerCommand(c, f.backend, plugins, extra_flags) +
+       "\n";
   return s;
 }
 
@@ -198,18 +198,18 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
   using Json = nlohmann::ordered_json;
   Json backends = Json::array();
   for (const BackendSummary& b : r.backends) {
-    backends.push_back({{"name", b.name},
-                        {"cases", b.cases},
-                        {"failures", b.failures},
-                        {"skipped", b.skipped},
-                        {"worst_ratio", b.worst_ratio},
-                        {"worst_case", b.worst_case},
-                        {"seconds", b.seconds},
-                        {"deaths", b.deaths},
-                        {"quarantined", b.quarantined.empty()
-                                            ? Json(nullptr)
-                                            : Json(b.quarantined)},
-                        {"not_run", b.not_run}});
+    backends.push_back(
+        {{"name", b.name},
+         {"cases", b.cases},
+         {"failures", b.failures},
+         {"skipped", b.skipped},
+         {"worst_ratio", b.worst_ratio},
+         {"worst_case", b.worst_case},
+         {"seconds", b.seconds},
+         {"deaths", b.deaths},
+         {"quarantined",
+          b.quarantined.empty() ? Json(nullptr) : Json(b.quarantined)},
+         {"not_run", b.not_run}});
   }
   Json failures = Json::array();
   for (const FailureReport& f : r.reports) {
@@ -220,8 +220,8 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
          {"case", f.shrunk.ToString()},
          {"original_case", f.original.ToString()},
          {"shrunk", f.was_shrunk},
-         {"reproducer", ReproducerCommand(f.shrunk, f.backend, ctx.plugins,
-                                          ctx.extra_flags)},
+         {"reproducer",
+          ReproducerCommand(f.shrunk, f.backend, ctx.plugins, ctx.extra_flags)},
          {"reproduced_alone", f.reproduced_alone},
          {"step", c.step},
          {"message", c.message},

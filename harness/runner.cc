@@ -161,8 +161,8 @@ Outcome ErrorOutcome(const Backend& b) {
 // Supports() said no: a skip -- unless the worker died asking, which is a
 // finding like any other death (a crash is never "not supported").
 void Declined(const Backend& b, const Status& s, CheckResult& r) {
-  r.outcome = b.LastFault() == Fault::kNone ? Outcome::kSkipped
-                                            : ErrorOutcome(b);
+  r.outcome =
+      b.LastFault() == Fault::kNone ? Outcome::kSkipped : ErrorOutcome(b);
   r.message = s.ToString();
 }
 

@@ -98,8 +98,8 @@ void RecordRemote(const Counts& c) {
   g_frees.v.fetch_add(c.frees, std::memory_order_relaxed);
   g_free_bytes.v.fetch_add(c.bytes_freed, std::memory_order_relaxed);
   g_copied.v.fetch_add(c.bytes_copied, std::memory_order_relaxed);
-  const int64_t before = g_live.v.fetch_add(c.live_bytes,
-                                            std::memory_order_relaxed);
+  const int64_t before =
+      g_live.v.fetch_add(c.live_bytes, std::memory_order_relaxed);
   const int64_t peak = before + std::max<int64_t>(c.peak_live_bytes, 0);
   for (uint32_t m = g_slot_mask.load(std::memory_order_acquire); m != 0;
        m &= m - 1) {

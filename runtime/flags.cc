@@ -1,10 +1,9 @@
 #include "runtime/flags.h"
 
-#include <cstdio>
-#include <cstdlib>
-
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "runtime/parse.h"

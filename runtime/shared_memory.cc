@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 
 #include "runtime/accounting.h"
@@ -17,6 +18,11 @@ constexpr size_t kHugePage = size_t{2} << 20;
 // Live segments at once. A check case holds ~10 buffers, a decode report a
 // few per layer; past this, buffers fall back to the heap (and are staged).
 constexpr size_t kMaxSegments = 4096;
+// Freed segments are kept (mapped here and in the workers) for reuse by a
+// later buffer of the same size class, up to this many bytes: a campaign
+// allocates the same few sizes case after case, and a reused segment costs
+// a memset instead of memfd_create + mmap + page faults in both processes.
+constexpr size_t kMaxPooledBytes = size_t{256} << 20;
 
 thread_local int t_share_depth = 0;
 std::atomic<uint64_t> g_next_id{1};
@@ -26,16 +32,17 @@ std::atomic<uint64_t> g_next_id{1};
 struct Table {
   std::mutex mu;
   std::array<Segment, kMaxSegments> seg{};
+  std::array<bool, kMaxSegments> pooled{};  // freed, kept for reuse
   size_t n = 0;
+  size_t pooled_bytes = 0;
 
   // Index of the first segment whose base is > p.
   size_t UpperBound(const void* p) const {
     const auto* b = seg.data();
     return static_cast<size_t>(
-        std::upper_bound(b, b + n, static_cast<const std::byte*>(p),
-                         [](const std::byte* q, const Segment& s) {
-                           return q < s.base;
-                         }) -
+        std::upper_bound(
+            b, b + n, static_cast<const std::byte*>(p),
+            [](const std::byte* q, const Segment& s) { return q < s.base; }) -
         b);
   }
 };
@@ -47,6 +54,14 @@ Table& GetTable() {
 
 size_t PageRound(size_t bytes, size_t page) {
   return (bytes + page - 1) / page * page;
+}
+
+// The size class of a request: the next power of two of at least a page,
+// so that freed segments fit later requests of similar size.
+size_t SizeClass(size_t bytes) {
+  size_t c = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  while (c < bytes) c *= 2;
+  return c;
 }
 
 // A memfd of `size` bytes mapped shared at an address aligned to `align`.
@@ -112,11 +127,24 @@ std::optional<Segment> CreateUnregistered(size_t bytes) {
 
 std::optional<Segment> Allocate(size_t bytes, bool huge) {
   Table& t = GetTable();
+  const size_t size = SizeClass(bytes);
   {
     std::lock_guard<std::mutex> lock(t.mu);
+    for (size_t i = 0; i < t.n; ++i) {
+      if (!t.pooled[i] || t.seg[i].size != size) continue;
+      const bool aligned =
+          reinterpret_cast<uintptr_t>(t.seg[i].base) % kHugePage == 0;
+      if (huge && !aligned) continue;
+      t.pooled[i] = false;
+      t.pooled_bytes -= size;
+      Segment s = t.seg[i];
+      std::memset(s.base, 0, bytes);  // the rest is still zero or unused
+      accounting::RecordAlloc(static_cast<int64_t>(s.size));
+      return s;
+    }
     if (t.n == kMaxSegments) return std::nullopt;
   }
-  std::optional<Segment> s = MapNew(bytes, huge ? kHugePage : 64);
+  std::optional<Segment> s = MapNew(size, huge ? kHugePage : 64);
   if (!s) return std::nullopt;
   if (huge) madvise(s->base, s->size, MADV_HUGEPAGE);
   s->id = g_next_id.fetch_add(1, std::memory_order_relaxed);
@@ -131,7 +159,11 @@ std::optional<Segment> Allocate(size_t bytes, bool huge) {
     std::move_backward(t.seg.begin() + static_cast<ptrdiff_t>(at),
                        t.seg.begin() + static_cast<ptrdiff_t>(t.n),
                        t.seg.begin() + static_cast<ptrdiff_t>(t.n + 1));
+    std::move_backward(t.pooled.begin() + static_cast<ptrdiff_t>(at),
+                       t.pooled.begin() + static_cast<ptrdiff_t>(t.n),
+                       t.pooled.begin() + static_cast<ptrdiff_t>(t.n + 1));
     t.seg[at] = *s;
+    t.pooled[at] = false;
     ++t.n;
   }
   accounting::RecordAlloc(static_cast<int64_t>(s->size));
@@ -144,16 +176,24 @@ void Free(void* base) {
   {
     std::lock_guard<std::mutex> lock(t.mu);
     const size_t i = t.UpperBound(base);
-    if (i == 0 || t.seg[i - 1].base != base) return;
+    if (i == 0 || t.seg[i - 1].base != base || t.pooled[i - 1]) return;
     s = t.seg[i - 1];
+    accounting::RecordFree(static_cast<int64_t>(s.size));
+    if (t.pooled_bytes + s.size <= kMaxPooledBytes) {
+      t.pooled[i - 1] = true;  // kept mapped, here and in the workers
+      t.pooled_bytes += s.size;
+      return;
+    }
     std::move(t.seg.begin() + static_cast<ptrdiff_t>(i),
               t.seg.begin() + static_cast<ptrdiff_t>(t.n),
               t.seg.begin() + static_cast<ptrdiff_t>(i - 1));
+    std::move(t.pooled.begin() + static_cast<ptrdiff_t>(i),
+              t.pooled.begin() + static_cast<ptrdiff_t>(t.n),
+              t.pooled.begin() + static_cast<ptrdiff_t>(i - 1));
     --t.n;
   }
   munmap(s.base, s.size);
   close(s.fd);
-  accounting::RecordFree(static_cast<int64_t>(s.size));
 }
 
 std::optional<Segment> Find(const void* p, size_t bytes) {
@@ -161,6 +201,7 @@ std::optional<Segment> Find(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(t.mu);
   const size_t i = t.UpperBound(p);
   if (i == 0) return std::nullopt;
+  if (t.pooled[i - 1]) return std::nullopt;  // freed: no tensor lives here
   const Segment& s = t.seg[i - 1];
   const auto* q = static_cast<const std::byte*>(p);
   if (q < s.base || static_cast<size_t>(q - s.base) > s.size ||
@@ -173,6 +214,7 @@ std::optional<Segment> Find(const void* p, size_t bytes) {
 bool IsLive(uint64_t id) {
   Table& t = GetTable();
   std::lock_guard<std::mutex> lock(t.mu);
+  // A pooled segment stays mapped in the workers: it is reused as is.
   for (size_t i = 0; i < t.n; ++i) {
     if (t.seg[i].id == id) return true;
   }

@@ -43,11 +43,13 @@ struct Segment {
   size_t size = 0;  // mapped bytes (a multiple of the page size)
 };
 
-// A new zero-filled segment of at least `bytes` (huge: 2 MiB aligned and
-// advised MADV_HUGEPAGE), or nullopt when none can be made (table full,
-// memfd refused). Reported to accounting::RecordAlloc.
+// A zero-filled segment of at least `bytes` (a power of two of pages; huge:
+// 2 MiB aligned and advised MADV_HUGEPAGE), reused or new, or nullopt when none
+// can be made (table full, memfd refused). Reported to accounting::RecordAlloc.
 std::optional<Segment> Allocate(size_t bytes, bool huge);
-// Unmaps and closes a segment returned by Allocate (by its base).
+// Releases a segment returned by Allocate (by its base): kept mapped for
+// reuse by a later Allocate of its size class (up to 256 MiB of them; a
+// worker keeps its mapping too), else unmapped and closed.
 void Free(void* base);
 
 // The live segment holding [p, p + bytes), if any.
