@@ -277,7 +277,6 @@ Status RemoteBackend::BeginRequest(uint32_t op) {
   fault_ = Fault::kNone;
   tail_len_ = 0;
   if (pid_ < 0) ATTNKIT_RETURN_IF_ERROR(Spawn());
-  fault_ = Fault::kNone;
   out_.clear();
   fds_.clear();
   new_ids_.clear();
@@ -293,7 +292,7 @@ Status RemoteBackend::PrepareScratch(
     std::initializer_list<const TensorView*> views) {
   size_t need = 0;
   for (const TensorView* t : views) {
-    const uint64_t span = wire::SpanBytes(t->shape, t->strides, t->dtype);
+    const uint64_t span = SpanBytes(t->shape, t->strides, t->dtype);
     if (t->data == nullptr || span == 0) continue;
     if (span > (uint64_t{1} << 46)) {
       return Status::InvalidArgument("a tensor of " + t->DebugString() +
@@ -333,7 +332,7 @@ void RemoteBackend::PutTensor(const TensorView& t, bool written) {
   ref.dtype = t.dtype;
   ref.shape = t.shape;
   ref.strides = t.strides;
-  const uint64_t span = wire::SpanBytes(t.shape, t.strides, t.dtype);
+  const uint64_t span = SpanBytes(t.shape, t.strides, t.dtype);
   if (t.data == nullptr) {
     ref.segment = 0;
   } else if (span == 0) {

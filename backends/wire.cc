@@ -4,29 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <limits>
-#include <optional>
-
-#include "runtime/limits.h"
 
 namespace attnkit::backends::wire {
-
-uint64_t SpanBytes(const std::array<int64_t, 4>& shape,
-                   const std::array<int64_t, 4>& strides, DType dtype) {
-  constexpr uint64_t kTooMany = std::numeric_limits<uint64_t>::max();
-  std::optional<int64_t> last = 0;  // element offset of the last element
-  for (int i = 0; i < 4; ++i) {
-    if (shape[i] <= 0) return 0;
-    if (strides[i] < 0) return kTooMany;
-    const std::optional<int64_t> step = CheckedMul(shape[i] - 1, strides[i]);
-    if (!step) return kTooMany;
-    last = CheckedAdd(*last, *step);
-    if (!last) return kTooMany;
-  }
-  const std::optional<int64_t> bytes =
-      CheckedMul(*last + 1, static_cast<int64_t>(DTypeSize(dtype)));
-  return bytes ? static_cast<uint64_t>(*bytes) : kTooMany;
-}
 
 void Writer::PutString(std::string_view s) {
   Put<uint32_t>(static_cast<uint32_t>(s.size()));

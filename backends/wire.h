@@ -50,11 +50,6 @@ struct TensorRef {
   std::array<int64_t, 4> strides{};
 };
 
-// Bytes from a view's first element to one past its last (0 when empty);
-// strides are non-negative (ValidateArgs). Saturates on overflow.
-uint64_t SpanBytes(const std::array<int64_t, 4>& shape,
-                   const std::array<int64_t, 4>& strides, DType dtype);
-
 class Writer {
  public:
   // Appends to `buf`.

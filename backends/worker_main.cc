@@ -112,7 +112,7 @@ class Worker {
       return Status::Ok();
     }
     auto it = maps_.find(ref.segment);
-    const uint64_t span = wire::SpanBytes(ref.shape, ref.strides, ref.dtype);
+    const uint64_t span = SpanBytes(ref.shape, ref.strides, ref.dtype);
     if (it == maps_.end() || ref.offset > it->second.size ||
         span > it->second.size - ref.offset) {
       return Status::Internal(std::string("worker: tensor ") + name +

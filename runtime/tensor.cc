@@ -4,10 +4,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <utility>
 
+#include "runtime/limits.h"
 #include "runtime/shared_memory.h"
 
 namespace attnkit {
@@ -50,6 +53,23 @@ std::string TensorView::DebugString() const {
      << shape[2] << "," << shape[3] << "] strides[" << strides[0] << ","
      << strides[1] << "," << strides[2] << "," << strides[3] << "]";
   return os.str();
+}
+
+uint64_t SpanBytes(const std::array<int64_t, 4>& shape,
+                   const std::array<int64_t, 4>& strides, DType dtype) {
+  constexpr uint64_t kTooMany = std::numeric_limits<uint64_t>::max();
+  std::optional<int64_t> last = 0;  // element offset of the furthest element
+  for (int i = 0; i < 4; ++i) {
+    if (shape[i] <= 0) return 0;
+    if (strides[i] < 0) return kTooMany;
+    const std::optional<int64_t> step = CheckedMul(shape[i] - 1, strides[i]);
+    if (!step) return kTooMany;
+    last = CheckedAdd(*last, *step);
+    if (!last) return kTooMany;
+  }
+  const std::optional<int64_t> bytes =
+      CheckedMul(*last + 1, static_cast<int64_t>(DTypeSize(dtype)));
+  return bytes ? static_cast<uint64_t>(*bytes) : kTooMany;
 }
 
 std::array<int64_t, 4> PermutedStrides(const std::array<int64_t, 4>& shape,
@@ -136,15 +156,10 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
 
 Tensor Tensor::Allocate(DType dtype, std::array<int64_t, 4> shape,
                         std::array<int64_t, 4> strides) {
-  int64_t span = 1;  // one past the furthest element
-  bool empty = false;
-  for (int i = 0; i < 4; ++i) {
-    if (shape[i] == 0) empty = true;
-    span += (shape[i] - 1) * strides[i];
-  }
+  const uint64_t bytes = SpanBytes(shape, strides, dtype);
+  if (bytes == std::numeric_limits<uint64_t>::max()) throw std::bad_alloc();
   Tensor t;
-  t.buffer =
-      AlignedBuffer(empty ? 0 : static_cast<size_t>(span) * DTypeSize(dtype));
+  t.buffer = AlignedBuffer(static_cast<size_t>(bytes));
   t.view.data = t.buffer.data();
   t.view.dtype = dtype;
   t.view.shape = shape;

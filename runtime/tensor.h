@@ -48,6 +48,12 @@ struct TensorView {
   std::string DebugString() const;
 };
 
+// Bytes from a view's first element to one past its furthest (0 when it
+// has no element): what a buffer holding it needs. Saturates at UINT64_MAX
+// on a negative stride or an overflow.
+uint64_t SpanBytes(const std::array<int64_t, 4>& shape,
+                   const std::array<int64_t, 4>& strides, DType dtype);
+
 // Row-major strides for `shape` permuted by `order` (order[0] outermost).
 std::array<int64_t, 4> PermutedStrides(const std::array<int64_t, 4>& shape,
                                        const std::array<int, 4>& order);
