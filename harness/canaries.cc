@@ -19,13 +19,34 @@ class CanaryBackend final : public Backend {
   std::string_view name() const override { return name_; }
 
   Status Attention(const AttentionProblem& p,
-                   const AttentionArgs& args) override {
-    ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
-    const float scale = bug_ == Bug::kWrongScale
-                            ? 1.0f / std::sqrt(static_cast<float>(p.head_dim))
-                            : p.EffectiveScale();
+                   const AttentionArgs& in) override {
+    ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, in));
+    float scale = bug_ == Bug::kWrongScale
+                      ? 1.0f / std::sqrt(static_cast<float>(p.head_dim))
+                      : p.EffectiveScale();
+    AttentionArgs args = in;
+    if (bug_ == Bug::kIgnoresRowStrides) {
+      // In bounds: a dense view of an injective layout spans no more.
+      args.q.strides = ContiguousStrides(args.q.shape);
+      args.out.strides = ContiguousStrides(args.out.shape);
+    }
+    if (bug_ == Bug::kScalesQInPlace) {
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.q_heads; ++h)
+          for (int64_t i = 0; i < p.q_lens[b]; ++i)
+            for (int64_t e = 0; e < p.head_dim; ++e)
+              args.q.Store(b, h, i, e, scale * args.q.Load(b, h, i, e));
+      scale = 1.0f;
+    }
     const float ninf = -std::numeric_limits<float>::infinity();
-    const int64_t d = p.head_dim;
+    // A 256-float row buffer drops the dimensions past it.
+    const int64_t d = bug_ == Bug::kHeadDimOver256
+                          ? std::min<int64_t>(p.head_dim, 256)
+                          : p.head_dim;
+    // The key index as a narrow integer keeps only its low bits.
+    const int64_t key_mask = bug_ == Bug::kKeyIndexWraps4096    ? 4095
+                             : bug_ == Bug::kKeyIndexWraps65536 ? 65535
+                                                                : -1;
     std::vector<float> q(d), acc(d), logits(kTile);
     for (int64_t b = 0; b < p.batch; ++b) {
       for (int64_t h = 0; h < p.q_heads; ++h) {
@@ -51,12 +72,10 @@ class CanaryBackend final : public Backend {
             for (int64_t j = t0; j < t1; ++j) {
               float dot = 0;
               for (int64_t e = 0; e < d; ++e) {
-                dot += q[e] * args.k.Load(b, kh, j, e);
+                dot += q[e] * args.k.Load(b, kh, j & key_mask, e);
               }
               float s = scale * dot;
-              if (p.mask == MaskKind::kBias) {
-                s += args.bias.Load(b, args.bias.shape[1] == 1 ? 0 : h, i, j);
-              }
+              if (p.mask == MaskKind::kBias) s += Bias(args.bias, b, h, i, j);
               logits[j - t0] = s;
               tile_max = std::max(tile_max, s);
             }
@@ -74,16 +93,25 @@ class CanaryBackend final : public Backend {
                                    ? bf16::FromFloat(w).ToFloat()
                                    : w;
               for (int64_t e = 0; e < d; ++e) {
-                acc[e] += wv * args.v.Load(b, kh, j, e);
+                acc[e] += wv * args.v.Load(b, kh, j & key_mask, e);
               }
             }
             m = m_new;
           }
-          for (int64_t e = 0; e < d; ++e) {
-            args.out.Store(b, h, i, e, l > 0 ? acc[e] / l : 0.0f);
+          for (int64_t e = 0; e < p.head_dim; ++e) {
+            args.out.Store(b, h, i, e, l > 0 && e < d ? acc[e] / l : 0.0f);
           }
         }
       }
+    }
+    if (bug_ == Bug::kZeroesKvPastLen) {
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.kv_heads; ++h)
+          for (int64_t j = p.kv_lens[b]; j < args.k.shape[2]; ++j)
+            for (int64_t e = 0; e < p.head_dim; ++e) {
+              args.k.Store(b, h, j, e, 0.0f);
+              args.v.Store(b, h, j, e, 0.0f);
+            }
     }
     if (bug_ == Bug::kOneElementOff) {
       for (int64_t b = p.batch - 1; b >= 0; --b) {
@@ -97,8 +125,19 @@ class CanaryBackend final : public Backend {
     return Status::Ok();
   }
 
-  Status AppendKv(const KvAppendArgs& a) override {
-    ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+  Status AppendKv(const KvAppendArgs& in) override {
+    ATTNKIT_RETURN_IF_ERROR(ValidateAppend(in));
+    KvAppendArgs a = in;
+    if (bug_ == Bug::kAppendFirstPosition) {
+      // Sequence 0's position for every sequence (clamped into the cache:
+      // a canary stays memory-safe).
+      positions_.assign(in.positions.begin(), in.positions.end());
+      for (size_t b = 0; b < positions_.size(); ++b) {
+        positions_[b] =
+            std::min(positions_[0], in.k_cache.shape[2] - in.new_lens[b]);
+      }
+      a.positions = positions_;
+    }
     AppendKvStrided(a);
     if (bug_ != Bug::kAppendSpill) return Status::Ok();
     // A vector store that runs one token past the end: the last new token
@@ -119,8 +158,22 @@ class CanaryBackend final : public Backend {
   }
 
  private:
+  // bias[b, h|0, i, j]; the kSharedBiasByHead bug indexes a shared bias by
+  // h anyway (wrapped into the buffer: another sequence's rows).
+  float Bias(const TensorView& bias, int64_t b, int64_t h, int64_t i,
+             int64_t j) const {
+    if (bias.shape[1] != 1) return bias.Load(b, h, i, j);
+    if (bug_ != Bug::kSharedBiasByHead) return bias.Load(b, 0, i, j);
+    const int64_t row = bias.shape[2] * bias.strides[2];
+    const int64_t at = (b * bias.strides[0] + h * row + i * bias.strides[2] +
+                        j * bias.strides[3]) %
+                       (bias.shape[0] * bias.strides[0]);
+    return bias.As<float>()[at];
+  }
+
   Bug bug_;
   std::string name_;
+  std::vector<int64_t> positions_;
 };
 
 }  // namespace
@@ -131,6 +184,10 @@ std::vector<Bug> AllBugs() {
     if (e.value != Bug::kNone) bugs.push_back(e.value);
   }
   return bugs;
+}
+
+Tier CatchingTier(Bug bug) {
+  return bug < Bug::kSharedBiasByHead ? Tier::kSmoke : Tier::kDefault;
 }
 
 std::unique_ptr<Backend> MakeCanary(Bug bug) {

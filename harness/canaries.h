@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "harness/case.h"
 #include "runtime/backend.h"
 #include "runtime/enum_table.h"
 
@@ -28,6 +29,16 @@ enum class Bug : uint8_t {
   kAppendSpill,        // KV append writes the last token again, one past
   kBf16Probabilities,  // P rounded to bf16 before P.V (2^-9 relative): a
                        // precision bug, not a logic one
+  // The blind spots of the generator's first version (issue 17): each needs
+  // a shape or check the default tier once never drew or made.
+  kSharedBiasByHead,     // indexes a shared bias [b, 1, q, kv] by head
+  kIgnoresRowStrides,    // reads q / writes out as dense [b][h][s][d]
+  kHeadDimOver256,       // a 256-float row buffer: dims past 256 dropped
+  kKeyIndexWraps4096,    // a 12-bit key index: key j read as j % 4096
+  kKeyIndexWraps65536,   // a 16-bit key index: key j read as j % 65536
+  kScalesQInPlace,       // folds the scale into q, in place (right output)
+  kZeroesKvPastLen,      // clears K/V rows past kv_len (right output)
+  kAppendFirstPosition,  // appends every sequence at sequence 0's position
 };
 inline constexpr auto kBugNames = MakeEnumTable<Bug>({
     {Bug::kNone, "none"},
@@ -39,10 +50,22 @@ inline constexpr auto kBugNames = MakeEnumTable<Bug>({
     {Bug::kCausalShifted, "causal_shifted"},
     {Bug::kAppendSpill, "append_spill"},
     {Bug::kBf16Probabilities, "bf16_probabilities"},
+    {Bug::kSharedBiasByHead, "shared_bias_by_head"},
+    {Bug::kIgnoresRowStrides, "ignores_row_strides"},
+    {Bug::kHeadDimOver256, "head_dim_over_256"},
+    {Bug::kKeyIndexWraps4096, "key_index_wraps_4096"},
+    {Bug::kKeyIndexWraps65536, "key_index_wraps_65536"},
+    {Bug::kScalesQInPlace, "scales_q_in_place"},
+    {Bug::kZeroesKvPastLen, "zeroes_kv_past_len"},
+    {Bug::kAppendFirstPosition, "append_first_position"},
 });
 static_assert(kBugNames.RoundTrips());
 inline std::string_view BugName(Bug b) { return kBugNames.Name(b); }
 std::vector<Bug> AllBugs();  // every planted bug (not kNone)
+// The tier whose default campaign (seed 1) must catch the bug: smoke for
+// the first ones, default for those needing its long contexts and wide
+// heads (harness/canaries_test.cc holds each to it).
+Tier CatchingTier(Bug bug);
 
 std::unique_ptr<Backend> MakeCanary(Bug bug);
 

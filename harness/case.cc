@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "runtime/limits.h"
@@ -105,9 +106,12 @@ int64_t ContextLength(Rng& r, Tier tier, const TierLimits& lim) {
 }
 
 // head_dim: the model sizes (64, 80, 96, 128, 256) most of the time, odd
-// sizes (no vector width divides them) and anything in 1..256 otherwise.
+// sizes (no vector width divides them) and anything in 1..256 otherwise,
+// and past 256 up to the runtime's maximum (kMaxHeadDim = 1024) in one block
+// of 12 (a kernel's fixed-size row buffer or a 256-wide unroll overflows
+// only there).
 int64_t HeadDim(Rng& r, Tier tier) {
-  switch (Weighted(r, std::array<int, 4>{45, 20, 20, 15})) {
+  switch (Weighted(r, std::array<int, 5>{45, 20, 20, 15, 9})) {
     case 0:
       return Pick(r, std::array<int64_t, 8>{64, 64, 80, 96, 128, 128, 256,
                                             tier == Tier::kSmoke ? 32 : 256});
@@ -115,8 +119,103 @@ int64_t HeadDim(Rng& r, Tier tier) {
       return 2 * r.Range(0, 127) + 1;  // odd, 1..255
     case 2:
       return Pick(r, std::array<int64_t, 8>{1, 2, 3, 7, 8, 9, 15, 17});
-    default:
+    case 3:
       return r.Range(1, 256);
+    default:
+      if (tier == Tier::kSmoke) return r.Range(257, 320);
+      return r.Bernoulli(0.5)
+                 ? Pick(r,
+                        std::array<int64_t, 5>{257, 384, 512, 768, kMaxHeadDim})
+                 : r.Range(257, kMaxHeadDim);
+  }
+}
+
+// Where q and out lie: mostly the contiguous head-major default, else
+// token-major (as a projection emits) and/or padded rows inside a larger
+// buffer -- a fused QKV row's other 2 * kv_heads * head_dim elements, or a
+// few stray ones.
+RowLayout DrawRowLayout(Rng& r, const AttentionProblem& p) {
+  RowLayout l;
+  if (r.Bernoulli(0.6)) return l;
+  l.token_major = r.Bernoulli(0.6);
+  switch (Weighted(r, std::array<int, 3>{30, 35, 35})) {
+    case 0:
+      break;
+    case 1:
+      l.pad = r.Range(1, 17);
+      break;
+    default:  // the rest of a fused QKV row, or Q and K interleaved
+      l.pad = l.token_major ? 2 * p.kv_heads * p.head_dim : p.head_dim;
+      break;
+  }
+  return l;
+}
+
+// Long-context cases: decode-shaped (a few queries per sequence, at most
+// two decode steps) over contexts that cross 4096, 8192, 16384 or 65536
+// keys -- where a 12-bit or 16-bit key index, or an int32 byte offset of a
+// wide head, wraps. The oracle and the tolerance cost O(q * kv * d) per
+// head (~8 ns per multiply-add together), so these fit the default tier
+// when rare and held to kLongMacs: ~1 in 40 cases, most under 0.1 s and
+// the 65536-key ones under ~0.4 s (2-core AMD EPYC Zen 5 family 26, GCC
+// 12.2, 2026-11-23). The kernel specialization (head_dim, GQA group, mask,
+// dtype, layouts) is the block's, as for every case: the widest heads get
+// the shorter thresholds.
+constexpr double kLongContextRate = 1.0 / 40;
+constexpr double kLongMacs = 1.2e7;
+constexpr double kLongestMacs = 5e7;  // for the 65536-key contexts
+constexpr std::array<int64_t, 4> kLongThresholds{4096, 8192, 16384, 65536};
+
+void LongContexts(Case& c, Rng& r) {
+  AttentionProblem& p = c.problem;
+  const int64_t g = p.group_size();
+  const double per_key =
+      static_cast<double>(g) * static_cast<double>(p.head_dim);
+  size_t t = Weighted(r, std::array<int, 4>{35, 25, 25, 15});
+  auto budget = [&](size_t i) {
+    return i + 1 == kLongThresholds.size() ? kLongestMacs : kLongMacs;
+  };
+  while (t > 0 &&
+         static_cast<double>(kLongThresholds[t]) * per_key > budget(t)) {
+    --t;
+  }
+  const int64_t threshold = kLongThresholds[t];
+  const bool longest = t + 1 == kLongThresholds.size();
+  // One query per sequence and one kv head over the longest contexts; up
+  // to 4 queries, 2 kv heads, 3 sequences and 2 decode steps below them.
+  c.decode_steps = !longest && r.Bernoulli(0.25) ? 2 : 0;
+  p.kv_heads = longest || r.Bernoulli(0.75) ? 1 : 2;
+  p.q_heads = p.kv_heads * g;
+  p.batch = r.Bernoulli(0.5) ? 1 : r.Range(2, longest ? 2 : 3);
+  p.q_lens.clear();
+  p.kv_lens.clear();
+  double macs = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    // The first sequence crosses the threshold: just (one key past it, the
+    // edge) or by up to an eighth; the others are ragged below it.
+    // The whole loop's work within the budget: fewer queries, no decode
+    // steps, shorter ragged neighbours.
+    const double per_key = static_cast<double>(p.q_heads) *
+                           static_cast<double>(p.head_dim) *
+                           static_cast<double>(c.decode_steps + 1);
+    const int64_t room =
+        static_cast<int64_t>(std::max(0.0, budget(t) - macs) / per_key);
+    const int64_t kv =
+        b == 0 ? threshold + (r.Bernoulli(0.5) ? r.Range(-1, 2)
+                                               : r.Range(3, threshold / 8))
+               : r.Range(0, std::min(room, longest ? 4096 : threshold));
+    int64_t q = longest || r.Bernoulli(0.6) ? 1 : r.Range(0, 4);
+    while (q > 1 && static_cast<double>(q * kv) * per_key > budget(t) - macs) {
+      --q;
+    }
+    if (b == 0 && c.decode_steps > 0 &&
+        static_cast<double>(q * kv) * per_key > budget(t)) {
+      c.decode_steps = 0;  // one call of the widest heads only
+    }
+    macs += static_cast<double>(q * kv) * per_key;
+    q = std::min(q, kv / std::max<int64_t>(c.decode_steps, 1));
+    p.q_lens.push_back(q);
+    p.kv_lens.push_back(kv - c.decode_steps * q);  // the prompt
   }
 }
 
@@ -226,11 +325,51 @@ StatusOr<ValueProfile> ParseValueProfile(std::string_view s) {
   return Status::InvalidArgument(kValueProfileNames.NotOneOf("values", s));
 }
 
+namespace {
+
+std::string RowLayoutString(const RowLayout& l) {
+  return std::string(l.token_major ? "bshd" : "bhsd") + ":" +
+         std::to_string(l.pad);
+}
+
+// "bhsd:N" or "bshd:N" (N: the row padding, in elements).
+std::optional<RowLayout> ParseRowLayout(std::string_view s) {
+  const size_t colon = s.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  RowLayout l;
+  const std::string_view name = s.substr(0, colon);
+  if (name == "bshd") {
+    l.token_major = true;
+  } else if (name != "bhsd") {
+    return std::nullopt;
+  }
+  auto pad = ParseUint64(s.substr(colon + 1));
+  if (!pad || *pad > (1u << 20)) return std::nullopt;
+  l.pad = static_cast<int64_t>(*pad);
+  return l;
+}
+
+std::string JoinColon(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) {
+    s += (i ? ":" : "") + std::to_string(v[i]);
+  }
+  return s;
+}
+
+}  // namespace
+
 std::string Case::ToString() const {
-  return "seed=" + std::to_string(seed) + ",index=" + std::to_string(index) +
-         ",values=" + std::string(ValueProfileName(profile)) +
-         ",pad=" + std::to_string(kv_pad) +
-         ",steps=" + std::to_string(decode_steps) + "," + problem.ToString();
+  std::string s = "seed=" + std::to_string(seed) +
+                  ",index=" + std::to_string(index) +
+                  ",values=" + std::string(ValueProfileName(profile)) +
+                  ",pad=" + std::to_string(kv_pad) +
+                  ",steps=" + std::to_string(decode_steps);
+  if (!io.q.is_default()) s += ",q_layout=" + RowLayoutString(io.q);
+  if (!io.out.is_default()) s += ",out_layout=" + RowLayoutString(io.out);
+  if (io.shared_bias) s += ",bias=shared";
+  if (!origins.empty()) s += ",from=" + JoinColon(origins);
+  return s + "," + problem.ToString();
 }
 
 double Case::Cost() const {
@@ -254,7 +393,9 @@ double Case::Cost() const {
          (profile == ValueProfile::kNormal ? 0 : 0.5) +
          (p.mask == MaskKind::kNone ? 0 : 0.25) +
          (p.dtype == DType::kF32 ? 0 : 0.125) +
-         (p.layout == KvLayout::kBHSD ? 0 : 0.125) + (p.scale ? 0.0625 : 0);
+         (p.layout == KvLayout::kBHSD ? 0 : 0.125) + (p.scale ? 0.0625 : 0) +
+         (io.q.is_default() ? 0 : 0.03125) +
+         (io.out.is_default() ? 0 : 0.03125) + (io.shared_bias ? 0.015625 : 0);
 }
 
 StatusOr<Case> ParseCase(std::string_view text) {
@@ -296,6 +437,29 @@ StatusOr<Case> ParseCase(std::string_view text) {
       auto v = ParseValueProfile(val);
       if (!v.ok()) return bad(v.status().message());
       c.profile = *v;
+    } else if (key == "q_layout" || key == "out_layout") {
+      auto l = ParseRowLayout(val);
+      if (!l) {
+        return bad(std::string(key) + "=" + vs +
+                   " is not bhsd:PAD or bshd:PAD (PAD in [0, 1048576])");
+      }
+      (key == "q_layout" ? c.io.q : c.io.out) = *l;
+    } else if (key == "bias") {
+      if (val != "shared" && val != "heads") {
+        return bad("bias=" + vs + " is not shared|heads");
+      }
+      c.io.shared_bias = val == "shared";
+    } else if (key == "from") {
+      c.origins.clear();
+      for (size_t at = 0; at <= val.size();) {
+        const size_t colon = std::min(val.find(':', at), val.size());
+        auto n = ParseUint64(val.substr(at, colon - at));
+        if (!n || *n > (1u << 20)) {
+          return bad("from=" + vs + " is not a:b:... of sequence indices");
+        }
+        c.origins.push_back(static_cast<int64_t>(*n));
+        at = colon + 1;
+      }
     } else {
       problem_text = std::string(text.substr(start));
       break;
@@ -322,6 +486,23 @@ Status ValidateCase(const Case& c) {
   if (c.decode_steps < 0) {
     return Status::InvalidArgument("steps=" + std::to_string(c.decode_steps) +
                                    " must be >= 0");
+  }
+  for (const auto& [name, l] :
+       {std::pair{"q_layout", c.io.q}, std::pair{"out_layout", c.io.out}}) {
+    if (l.pad < 0 || l.pad > (int64_t{1} << 20)) {
+      return Status::InvalidArgument(std::string(name) +
+                                     " pad=" + std::to_string(l.pad) +
+                                     " is not in [0, 1048576]");
+    }
+  }
+  if (c.io.shared_bias && p.mask != MaskKind::kBias) {
+    return Status::InvalidArgument("bias=shared needs mask=bias, not mask=" +
+                                   std::string(MaskKindName(p.mask)));
+  }
+  if (!c.origins.empty() && static_cast<int64_t>(c.origins.size()) != p.batch) {
+    return Status::InvalidArgument(
+        "from= names " + std::to_string(c.origins.size()) +
+        " sequence(s) but batch=" + std::to_string(p.batch));
   }
   if (!CheckedAdd(p.max_kv_len(), c.kv_pad)) {
     return Status::InvalidArgument(
@@ -400,6 +581,11 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
   e.Add("inputs q+out (" + shape +
             " x q=" + std::to_string(static_cast<int64_t>(mq_all)) + dim + ")",
         {b, hq, mq_all, d, es + 4});
+  if (!c.io.q.is_default() || !c.io.out.is_default()) {
+    e.Add("q/out row padding", {b, hq, mq_all,
+                                static_cast<double>(c.io.q.pad) * es +
+                                    static_cast<double>(c.io.out.pad) * 4});
+  }
   e.Add("inputs k+v (2 x " + kv_shape + cap_s + dim + ")",
         {2, b, hkv, cap, d, es});
   if (bias) {
@@ -569,10 +755,22 @@ Case GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
   c.profile = kValueProfileNames[static_cast<size_t>(vp)].value;
   if (r.Bernoulli(0.25)) c.kv_pad = r.Range(1, 17);
 
-  FitToLimits(c, lim);
+  if (tier != Tier::kSmoke && r.Bernoulli(kLongContextRate)) {
+    LongContexts(c, r);  // kv_lens are the prompts, as FitToLimits leaves them
+    if (p.mask == MaskKind::kWindow) {
+      // A narrow window, or one wide enough to span the wrap.
+      p.window =
+          r.Bernoulli(0.5) ? r.Range(1, 300) : r.Range(2, p.max_kv_len() + 64);
+    }
+  } else {
+    FitToLimits(c, lim);
+  }
   for (int64_t b = 0; b < p.batch; ++b) {
     p.kv_lens[b] += c.decode_steps * p.q_lens[b];  // prompt -> final context
   }
+  c.io.q = DrawRowLayout(r, p);
+  c.io.out = DrawRowLayout(r, p);
+  c.io.shared_bias = p.mask == MaskKind::kBias && r.Bernoulli(0.35);
   return c;
 }
 

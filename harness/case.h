@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/enum_table.h"
 #include "runtime/limits.h"
@@ -49,8 +50,18 @@ struct Case {
   // last min(q_lens, prompt) of them. The problem is the last step's, so it
   // validates as an ordinary problem.
   int64_t decode_steps = 0;
+  // Where q and out lie (head- or token-major, padded rows inside a larger
+  // buffer) and whether the bias is shared by every head ([b, 1, q, kv]):
+  // the problem fixes only K/V's layout, and kernels index these wrong too.
+  ArgLayout io;
+  // The sequence of the original case each sequence's values come from
+  // (empty: sequence b is b). Set by the shrinker when it drops a sequence,
+  // so the remaining ones keep their inputs.
+  std::vector<int64_t> origins;
 
   // seed=7,index=42,values=huge_logits,pad=3,steps=0,b=2,hq=8,...
+  // with, when not the default, q_layout=bshd:96, out_layout=bhsd:3,
+  // bias=shared and from=0:2 after steps.
   std::string ToString() const;
   // Size used by the shrinker to rank candidates: multiply-adds of the
   // oracle over all steps, plus small terms so simpler shapes win ties.

@@ -35,6 +35,23 @@ std::string Details(const CheckResult& r) {
                                      static_cast<double>(e.count)
                                : 0.0) +
            "%)\n";
+      // Which bound failed, with both numbers: a mean-bound failure has no
+      // element over the max bound ("Mismatched elements: 0").
+      if (r.outcome == Outcome::kMismatch) {
+        const bool max_failed = e.max_abs > r.bounds.max_abs;
+        const bool mean_failed = e.mean_abs > r.bounds.mean_abs;
+        if (max_failed) {
+          s += "  Failed bound: max |err| " + G(e.max_abs) + " > " +
+               G(r.bounds.max_abs) + " allowed (mean |err| " + G(e.mean_abs) +
+               (mean_failed ? " > " : " <= ") + G(r.bounds.mean_abs) + ")\n";
+        } else if (mean_failed) {
+          s += "  Failed bound: mean |err| " + G(e.mean_abs) + " > " +
+               G(r.bounds.mean_abs) +
+               " allowed; every element is within the max bound (max |err| " +
+               G(e.max_abs) + " <= " + G(r.bounds.max_abs) +
+               "): the error is small but systematic\n";
+        }
+      }
       if (e.nonfinite > 0) {
         s += "  NaN/Inf where the oracle is finite: " +
              std::to_string(e.nonfinite) + " element(s), the first at index " +
@@ -74,6 +91,9 @@ std::string Header(const std::string& backend, const CheckResult& r) {
       break;
     case Outcome::kStrayWrite:
       what = "wrote memory it does not own";
+      break;
+    case Outcome::kInputWrite:
+      what = "wrote an input it may only read";
       break;
     case Outcome::kError:
       what = "returned an error on a supported problem";

@@ -30,31 +30,136 @@ using Clock = std::chrono::steady_clock;
 // arithmetic, so "still the sentinel" means "never written".
 constexpr uint32_t kSentinelBits = 0x7fc0dea1u;
 
-void FillSentinel(const TensorView& out) {
-  const float s = std::bit_cast<float>(kSentinelBits);
-  for (int64_t b = 0; b < out.shape[0]; ++b)
-    for (int64_t h = 0; h < out.shape[1]; ++h)
-      for (int64_t i = 0; i < out.shape[2]; ++i)
-        for (int64_t e = 0; e < out.shape[3]; ++e) out.Store(b, h, i, e, s);
+// The whole output allocation -- the view and the padding around and
+// between its rows (RowLayout) -- starts as the sentinel.
+void FillSentinel(const Tensor& out) {
+  auto* words = static_cast<uint32_t*>(out.buffer.data());
+  std::fill(words, words + out.buffer.size() / sizeof(uint32_t), kSentinelBits);
 }
 
-// The first element of rows i >= q_lens[b] that no longer holds the
-// sentinel, as a message ("" when none).
-std::string StrayWrite(const AttentionProblem& p, const TensorView& out) {
+std::string Coordinates(int64_t b, int64_t h, int64_t i, int64_t e) {
+  return "[" + std::to_string(b) + "," + std::to_string(h) + "," +
+         std::to_string(i) + "," + std::to_string(e) + "]";
+}
+
+// Where element `offset` (in elements from the buffer's start) of a tensor
+// lies: "[b,h,i,e]" of its view, or "padding at element N" when no view
+// element is there. A linear search: only on a failure.
+std::string Locate(const Tensor& t, int64_t offset) {
+  const TensorView& v = t.view;
+  const int64_t esize = DTypeSize(v.dtype);
+  const int64_t lead = (static_cast<const std::byte*>(v.data) -
+                        static_cast<const std::byte*>(t.buffer.data())) /
+                       esize;
+  if (v.NumElements() > 0) {
+    for (int64_t b = 0; b < v.shape[0]; ++b)
+      for (int64_t h = 0; h < v.shape[1]; ++h)
+        for (int64_t i = 0; i < v.shape[2]; ++i)
+          for (int64_t e = 0; e < v.shape[3]; ++e) {
+            if (lead + v.Offset(b, h, i, e) == offset) {
+              return Coordinates(b, h, i, e);
+            }
+          }
+  }
+  return " padding at element " + std::to_string(offset) + " of " +
+         std::to_string(t.buffer.size() / static_cast<size_t>(esize)) +
+         " (outside the view " + v.DebugString() + ")";
+}
+
+// The first element of rows i >= q_lens[b], or of the padding, that no
+// longer holds the sentinel, as a message ("" when none).
+std::string StrayWrite(const AttentionProblem& p, const Tensor& out_tensor) {
+  const TensorView& out = out_tensor.view;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = p.q_lens[b]; i < out.shape[2]; ++i)
         for (int64_t e = 0; e < p.head_dim; ++e) {
           const float x = out.Load(b, h, i, e);
           if (std::bit_cast<uint32_t>(x) != kSentinelBits) {
-            return "wrote out[" + std::to_string(b) + "," + std::to_string(h) +
-                   "," + std::to_string(i) + "," + std::to_string(e) +
-                   "] = " + std::to_string(x) + ", past q_lens[" +
-                   std::to_string(b) + "]=" + std::to_string(p.q_lens[b]);
+            return "wrote out" + Coordinates(b, h, i, e) + " = " +
+                   std::to_string(x) + ", past q_lens[" + std::to_string(b) +
+                   "]=" + std::to_string(p.q_lens[b]);
           }
         }
+  const size_t words = out_tensor.buffer.size() / sizeof(uint32_t);
+  if (static_cast<int64_t>(words) == out.NumElements()) return "";  // dense
+  // Padded: every word that is no element of the view must be the sentinel.
+  std::vector<uint8_t> in_view(words, 0);
+  const int64_t lead = static_cast<const float*>(out.data) -
+                       static_cast<const float*>(out_tensor.buffer.data());
+  if (out.NumElements() > 0) {
+    for (int64_t b = 0; b < out.shape[0]; ++b)
+      for (int64_t h = 0; h < out.shape[1]; ++h)
+        for (int64_t i = 0; i < out.shape[2]; ++i)
+          for (int64_t e = 0; e < out.shape[3]; ++e) {
+            in_view[static_cast<size_t>(lead + out.Offset(b, h, i, e))] = 1;
+          }
+  }
+  const auto* w = static_cast<const uint32_t*>(out_tensor.buffer.data());
+  for (size_t n = 0; n < words; ++n) {
+    if (!in_view[n] && w[n] != kSentinelBits) {
+      return "wrote out's" + Locate(out_tensor, static_cast<int64_t>(n)) +
+             " = " + std::to_string(std::bit_cast<float>(w[n]));
+    }
+  }
   return "";
 }
+
+// The bytes of a call's inputs as drawn. After every backend call they are
+// compared -- the view and its padding: a backend may only read them -- and
+// restored, so the next backend sees the inputs it would have.
+class InputGuard {
+ public:
+  void Watch(std::string name, const Tensor& t) {
+    if (t.buffer.size() == 0) return;
+    const auto* p = static_cast<const std::byte*>(t.buffer.data());
+    entries_.push_back({std::move(name), &t, {p, p + t.buffer.size()}});
+  }
+  // "" when every input is intact; else the first changed element, named.
+  std::string CheckAndRestore() {
+    std::string found;
+    for (Entry& x : entries_) {
+      auto* now = static_cast<std::byte*>(x.tensor->buffer.data());
+      if (std::memcmp(now, x.bytes.data(), x.bytes.size()) == 0) continue;
+      if (found.empty()) {
+        const size_t esize =
+            static_cast<size_t>(DTypeSize(x.tensor->view.dtype));
+        size_t at = 0;
+        while (now[at] == x.bytes[at]) ++at;
+        const size_t elem = at / esize;
+        const auto value = [&](const std::byte* base) {
+          const std::byte* e = base + elem * esize;
+          return std::to_string(esize == 4 ? std::bit_cast<float>(Word(e))
+                                           : Bf16At(e));
+        };
+        found = "wrote " + x.name +
+                Locate(*x.tensor, static_cast<int64_t>(elem)) + " = " +
+                value(now) + ", was " + value(x.bytes.data()) +
+                " (an input: read-only)";
+      }
+      std::memcpy(now, x.bytes.data(), x.bytes.size());
+    }
+    return found;
+  }
+
+ private:
+  static uint32_t Word(const std::byte* p) {
+    uint32_t w;
+    std::memcpy(&w, p, sizeof(w));
+    return w;
+  }
+  static float Bf16At(const std::byte* p) {
+    bf16 x;
+    std::memcpy(&x, p, sizeof(x));
+    return x.ToFloat();
+  }
+  struct Entry {
+    std::string name;
+    const Tensor* tensor;
+    std::vector<std::byte> bytes;
+  };
+  std::vector<Entry> entries_;
+};
 
 // Every byte of a decode loop's caches starts as kCacheFill, and the rows of
 // the new-token staging buffers past a sequence's new_len (a ragged batch's
@@ -111,6 +216,26 @@ bool Judge(const AttentionProblem& p, const TensorView& out,
     r.error = e;
     return fail(Outcome::kMismatch, "");
   }
+  return true;
+}
+
+// After a call that returned OK: its inputs untouched, no write outside its
+// output rows, then its output judged. Returns false when it failed.
+bool CheckCall(const AttentionProblem& p, const Tensor& out,
+               const reference::Truth& truth, int64_t step, InputGuard& inputs,
+               CheckResult& r) {
+  auto fail = [&](Outcome o, std::string msg) {
+    r.outcome = o;
+    r.message = std::move(msg);
+    r.step = step;
+    r.problem = p;
+    r.bounds = truth.bounds;
+    return false;
+  };
+  if (std::string wrote = inputs.CheckAndRestore(); !wrote.empty()) {
+    return fail(Outcome::kInputWrite, std::move(wrote));
+  }
+  if (!Judge(p, out.view, truth, step, r)) return false;
   if (std::string stray = StrayWrite(p, out); !stray.empty()) {
     return fail(Outcome::kStrayWrite, std::move(stray));
   }
@@ -121,7 +246,7 @@ bool Judge(const AttentionProblem& p, const TensorView& out,
 // as the sentinel, timed into r.seconds; a throw is an error. Returns its
 // Status.
 template <typename Call>
-Status TimedCall(const TensorView& out, CheckResult& r, Call&& call) {
+Status TimedCall(const Tensor& out, CheckResult& r, Call&& call) {
   FillSentinel(out);
   const auto t0 = Clock::now();
   Status s;
@@ -176,13 +301,18 @@ StatusOr<std::vector<CheckResult>> RunPlain(
   const AttentionProblem& p = c.problem;
   auto created = [&] {
     shared_memory::Scope share(AnyInWorker(backends));
-    return AttentionData::Create(p, p.max_kv_len() + c.kv_pad);
+    return AttentionData::Create(p, p.max_kv_len() + c.kv_pad, c.io);
   }();
   ATTNKIT_ASSIGN_OR_RETURN(AttentionData data, std::move(created));
   Rng rng = ValueRng(c);
-  data.Fill(p, rng, c.profile);
+  data.Fill(p, rng, c.profile, c.origins);
   ATTNKIT_ASSIGN_OR_RETURN(reference::Truth truth,
                            reference::ComputeTruth(p, data.args()));
+  InputGuard inputs;
+  inputs.Watch("q", data.q());
+  inputs.Watch("k", data.k());
+  inputs.Watch("v", data.v());
+  inputs.Watch("bias", data.bias());
   std::vector<CheckResult> results;
   for (Backend* backend : backends) {
     CheckResult r;
@@ -192,15 +322,15 @@ StatusOr<std::vector<CheckResult>> RunPlain(
       Declined(*backend, s, r);
       if (r.failed()) r.bounds = truth.bounds;
     } else {
-      const Status called = TimedCall(data.args().out, r, [&] {
-        return backend->Attention(p, data.args());
-      });
+      const Status called = TimedCall(
+          data.out(), r, [&] { return backend->Attention(p, data.args()); });
       if (!called.ok()) {
         r.outcome = ErrorOutcome(*backend);
         r.message = called.ToString();
         r.bounds = truth.bounds;
+        inputs.CheckAndRestore();  // for the next backend
       } else {
-        Judge(p, data.args().out, truth, -1, r);
+        CheckCall(p, data.out(), truth, -1, inputs, r);
       }
     }
     results.push_back(std::move(r));
@@ -270,9 +400,9 @@ StatusOr<std::vector<CheckResult>> RunDecode(
     total.q_lens[b] = q0[b] + steps * p.q_lens[b];
   }
   ATTNKIT_ASSIGN_OR_RETURN(AttentionData all,
-                           AttentionData::Create(total, capacity));
+                           AttentionData::Create(total, capacity, c.io));
   Rng rng = ValueRng(c);
-  all.Fill(total, rng, c.profile);
+  all.Fill(total, rng, c.profile, c.origins);
   const AttentionArgs& whole = all.args();
 
   std::vector<CheckResult> results(backends.size());
@@ -333,14 +463,14 @@ StatusOr<std::vector<CheckResult>> RunDecode(
     FillBytes(new_k, kStagingFill);
     FillBytes(new_v, kStagingFill);
     const int64_t mq = ps.max_q_len();
-    Tensor q =
-        Tensor::Contiguous(p.dtype, {p.batch, p.q_heads, mq, p.head_dim});
-    Tensor out =
-        Tensor::Contiguous(DType::kF32, {p.batch, p.q_heads, mq, p.head_dim});
+    const std::array<int64_t, 4> q_shape{p.batch, p.q_heads, mq, p.head_dim};
+    Tensor q = AllocateRows(p.dtype, q_shape, c.io.q);
+    Tensor out = AllocateRows(DType::kF32, q_shape, c.io.out);
     Tensor bias;
     if (p.mask == MaskKind::kBias) {
-      bias =
-          Tensor::Contiguous(DType::kF32, {p.batch, p.q_heads, mq, capacity});
+      bias = Tensor::Contiguous(
+          DType::kF32,
+          {p.batch, c.io.shared_bias ? 1 : p.q_heads, mq, capacity});
     }
     share.reset();
     for (int64_t b = 0; b < p.batch; ++b) {
@@ -363,6 +493,11 @@ StatusOr<std::vector<CheckResult>> RunDecode(
 
     const decode::LayerStep layer{q.view, new_k.view, new_v.view, bias.view,
                                   out.view};
+    InputGuard inputs;
+    inputs.Watch("q", q);
+    inputs.Watch("new_k", new_k);
+    inputs.Watch("new_v", new_v);
+    inputs.Watch("bias", bias);
     for (size_t i = 0; i < backends.size(); ++i) {
       CheckResult& r = results[i];
       if (r.outcome != Outcome::kPass) continue;  // skipped or failed earlier
@@ -374,11 +509,16 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         r.bounds = truth.bounds;
       };
       AttentionProblem call = ps;  // the stepper sets kv_lens and layout
-      const Status st = TimedCall(out.view, r, [&] {
+      const Status st = TimedCall(out, r, [&] {
         return steppers[i].Step(call, {&layer, 1}, new_lens, nullptr);
       });
+      const std::string wrote = inputs.CheckAndRestore();
       if (!st.ok()) {
         fail(ErrorOutcome(*backends[i]), st.ToString());
+        continue;
+      }
+      if (!wrote.empty()) {
+        fail(Outcome::kInputWrite, wrote);
         continue;
       }
       const KvCache::View full = caches[i].Full(0);
@@ -388,7 +528,7 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         fail(Outcome::kKvCache, diff);
         continue;
       }
-      if (!Judge(ps, out.view, truth, s, r) && !r.message.empty()) {
+      if (!CheckCall(ps, out, truth, s, inputs, r) && !r.message.empty()) {
         r.message = "step " + std::to_string(s) + ": " + r.message;
       }
     }

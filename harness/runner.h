@@ -29,7 +29,9 @@ enum class Outcome : uint8_t {
   kMismatch,    // error beyond the tolerance
   kNonFinite,   // NaN/Inf where the oracle is finite
   kKvCache,     // cache bytes differ from the naive concatenation
-  kStrayWrite,  // wrote output rows past q_lens[b] (or cache past the end)
+  kStrayWrite,  // wrote output rows past q_lens[b] or out's padding
+  kInputWrite,  // changed a byte of q, k, v, bias or the new tokens (inputs
+                // it may only read), or of their padding
   kError,       // returned an error (or threw) on a supported problem
   // The backend's worker process (backends/remote.h) died in a call:
   kCrash,    // killed by a signal (SIGSEGV, abort()'s SIGABRT, ...)
@@ -43,6 +45,7 @@ inline constexpr auto kOutcomeNames = MakeEnumTable<Outcome>({
     {Outcome::kNonFinite, "nonfinite"},
     {Outcome::kKvCache, "kv_cache"},
     {Outcome::kStrayWrite, "stray_write"},
+    {Outcome::kInputWrite, "input_write"},
     {Outcome::kError, "error"},
     {Outcome::kCrash, "crash"},
     {Outcome::kExit, "exit"},

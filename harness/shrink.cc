@@ -41,6 +41,7 @@ std::vector<Case> ShrinkCandidates(const Case& c) {
   auto add = [&](Case t) {
     FitQueries(t);
     if (t.problem.mask != MaskKind::kWindow) t.problem.window = 0;
+    if (t.problem.mask != MaskKind::kBias) t.io.shared_bias = false;
     if (ValidateCase(t).ok() && t.Cost() < c.Cost()) out.push_back(t);
   };
   // Decode loops: a plain call first, then fewer steps.
@@ -55,12 +56,22 @@ std::vector<Case> ShrinkCandidates(const Case& c) {
       add(t);
     }
   }
-  // Drop whole sequences.
+  // Drop whole sequences; the others keep their values (from=).
   for (int64_t b = 0; b < p.batch && p.batch > 1; ++b) {
     Case t = c;
     t.problem.batch -= 1;
     t.problem.q_lens.erase(t.problem.q_lens.begin() + b);
     t.problem.kv_lens.erase(t.problem.kv_lens.begin() + b);
+    if (t.origins.empty()) {
+      for (int64_t i = 0; i < p.batch; ++i) t.origins.push_back(i);
+    }
+    t.origins.erase(t.origins.begin() + b);
+    // The identity needs no field.
+    bool identity = true;
+    for (size_t i = 0; i < t.origins.size(); ++i) {
+      identity = identity && t.origins[i] == static_cast<int64_t>(i);
+    }
+    if (identity) t.origins.clear();
     add(t);
   }
   // Heads: one of each, no grouping, half the kv heads, half the group.
@@ -137,6 +148,22 @@ std::vector<Case> ShrinkCandidates(const Case& c) {
   if (p.layout != KvLayout::kBHSD) {
     Case t = c;
     t.problem.layout = KvLayout::kBHSD;
+    add(t);
+  }
+  // Where q and out lie, and a shared bias: back to the defaults.
+  if (!c.io.q.is_default()) {
+    Case t = c;
+    t.io.q = {};
+    add(t);
+  }
+  if (!c.io.out.is_default()) {
+    Case t = c;
+    t.io.out = {};
+    add(t);
+  }
+  if (c.io.shared_bias) {
+    Case t = c;
+    t.io.shared_bias = false;
     add(t);
   }
   if (c.profile != ValueProfile::kNormal) {

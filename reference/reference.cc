@@ -17,10 +17,16 @@ using StridedMap = Eigen::Map<const RowMatrix, 0,
 // ReserveWorkspace sizes it) does not allocate on the decode path.
 // std::vector, not an Eigen matrix: Eigen reallocates whenever the element
 // count changes, and in decode the key count grows by one every step.
+// Aligned to Eigen's largest packet: Eigen's vectorized sum and exp peel
+// scalar elements up to the first aligned one, so with malloc's 16-byte
+// alignment the rounding of a row's softmax -- and with it the naive error
+// the tolerance is derived from -- changed with wherever the heap put the
+// buffer, and a case's bound differed between a campaign and its replay.
+using AlignedFloats = std::vector<float, Eigen::aligned_allocator<float>>;
 struct Workspace {
-  std::vector<float> q, k, v, s;
+  AlignedFloats q, k, v, s;
 
-  static float* Get(std::vector<float>& buf, int64_t n) {
+  static float* Get(AlignedFloats& buf, int64_t n) {
     if (static_cast<int64_t>(buf.size()) < n) {
       buf.resize(static_cast<size_t>(n));
     }
@@ -38,7 +44,7 @@ struct Workspace {
 // mapped in place through their strides (no copy); bf16 is widened into
 // `scratch`.
 StridedMap HeadMatrix(const TensorView& t, int64_t b, int64_t h, int64_t rows,
-                      std::vector<float>& scratch) {
+                      AlignedFloats& scratch) {
   const int64_t cols = t.shape[3];
   if (t.dtype == DType::kF32) {
     const float* base =

@@ -74,20 +74,51 @@ float Rng::Normal() {
 }
 
 void FillNormal(const TensorView& t, Rng& rng, float stddev) {
-  ForEach(t, [&](int64_t a, int64_t b, int64_t c, int64_t d) {
-    t.Store(a, b, c, d, stddev * rng.Normal());
-  });
+  FillByCoordinates(t, rng.Next(), 0, stddev);
+}
+
+std::array<int64_t, 4> RowStrides(const RowLayout& layout,
+                                  const std::array<int64_t, 4>& shape) {
+  const int64_t heads = shape[1], seq = shape[2], dim = shape[3];
+  if (layout.token_major) {
+    const int64_t token = heads * dim + layout.pad;
+    return {seq * token, dim, token, 1};
+  }
+  const int64_t row = dim + layout.pad;
+  return {heads * seq * row, seq * row, row, 1};
+}
+
+Tensor AllocateRows(DType dtype, const std::array<int64_t, 4>& shape,
+                    const RowLayout& layout) {
+  const int64_t lead = layout.pad / 2;
+  return Tensor::Allocate(dtype, shape, RowStrides(layout, shape), lead,
+                          layout.pad - lead);
 }
 
 StatusOr<AttentionData> AttentionData::Create(const AttentionProblem& p,
-                                              int64_t kv_capacity) {
+                                              int64_t kv_capacity,
+                                              const ArgLayout& layout) {
   ATTNKIT_RETURN_IF_ERROR(p.Validate());
+  for (const auto& [name, row] :
+       {std::pair{"q", layout.q}, std::pair{"out", layout.out}}) {
+    if (row.pad < 0 || row.pad > (int64_t{1} << 20)) {
+      return Status::InvalidArgument(std::string(name) +
+                                     " pad=" + std::to_string(row.pad) +
+                                     " is not in [0, 1048576]");
+    }
+  }
   AttentionData d;
   const int64_t mq = p.max_q_len();
   const int64_t mkv = std::max(p.max_kv_len(), kv_capacity);
-  // Validate() bounds the lengths' sizes; a larger capacity is checked here.
+  const int64_t bias_heads = layout.shared_bias ? 1 : p.q_heads;
+  // Validate() bounds the lengths' sizes; a larger capacity or padding is
+  // checked here.
   if (!CheckedProduct({p.batch, p.kv_heads, mkv, p.head_dim, 4}) ||
-      !CheckedProduct({p.batch, p.q_heads, mq, mkv, 4})) {
+      !CheckedProduct({p.batch, bias_heads, mq, mkv, 4}) ||
+      !CheckedProduct({p.batch, mq,
+                       p.q_heads * p.head_dim + layout.q.pad + layout.out.pad +
+                           2 * p.head_dim,
+                       4})) {
     return Status::ResourceExhausted(
         "attention data: kv_capacity=" + std::to_string(kv_capacity) +
         " overflows int64 bytes for " + p.ToString());
@@ -95,14 +126,14 @@ StatusOr<AttentionData> AttentionData::Create(const AttentionProblem& p,
   const std::array<int64_t, 4> qshape{p.batch, p.q_heads, mq, p.head_dim};
   const std::array<int64_t, 4> kvshape{p.batch, p.kv_heads, mkv, p.head_dim};
   try {
-    d.q_ = Tensor::Contiguous(p.dtype, qshape);
-    d.out_ = Tensor::Contiguous(DType::kF32, qshape);
+    d.q_ = AllocateRows(p.dtype, qshape, layout.q);
+    d.out_ = AllocateRows(DType::kF32, qshape, layout.out);
     d.k_ =
         Tensor::Allocate(p.dtype, kvshape, KvStrides(p.layout, false, kvshape));
     d.v_ =
         Tensor::Allocate(p.dtype, kvshape, KvStrides(p.layout, true, kvshape));
     if (p.mask == MaskKind::kBias) {
-      d.bias_ = Tensor::Contiguous(DType::kF32, {p.batch, p.q_heads, mq, mkv});
+      d.bias_ = Tensor::Contiguous(DType::kF32, {p.batch, bias_heads, mq, mkv});
     }
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(
@@ -120,14 +151,93 @@ void AttentionData::ZeroOutput() {
   });
 }
 
+namespace {
+
+// The value stream of AttentionData::Fill: each element hashed from its
+// coordinates (splitmix64's finalizer as the mixing function).
+uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+uint64_t RowKey(uint64_t key, uint64_t tag, int64_t a, int64_t b, int64_t c) {
+  uint64_t x = Mix(key ^ (tag * kGolden));
+  x = Mix(x + static_cast<uint64_t>(a) * kGolden);
+  x = Mix(x + static_cast<uint64_t>(b) * kGolden);
+  return Mix(x + static_cast<uint64_t>(c) * kGolden);
+}
+
+uint64_t ElementBits(uint64_t row, int64_t e) {
+  return Mix(row + static_cast<uint64_t>(e + 1) * kGolden);
+}
+
+// An approximately standard normal value from 64 bits: the sum of four
+// 16-bit uniforms (Irwin-Hall, variance 4/12), centred and scaled to
+// variance 1. Tails are cut at 2*sqrt(3) = 3.46, which no test relies on;
+// it costs ~2 ns where Box-Muller's log and cos cost ~25.
+float NormalOf(uint64_t x) {
+  const uint64_t sum =
+      (x & 0xffff) + ((x >> 16) & 0xffff) + ((x >> 32) & 0xffff) + (x >> 48);
+  constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(3) / 2^16
+  return (static_cast<float>(sum) - 4 * 32767.5f) * kScale;
+}
+
+// Tags of the tensors (and of the per-sequence choices) in the hash.
+enum : uint64_t {
+  kTagQ = 1,
+  kTagK,
+  kTagV,
+  kTagBias,
+  kTagBiasMasked,
+  kTagBiasRow,
+  kTagDominant,
+};
+
+// Calls f(a, b, c, e, row_key) for every element; row_key is the hash of
+// (key, tag, origin of a, b, c), or of (..., b, 0) when `constant_rows`.
+template <typename F>
+void ForEachKeyed(const TensorView& t, uint64_t key, uint64_t tag,
+                  std::span<const int64_t> origins, bool constant_rows, F&& f) {
+  if (t.NumElements() == 0) return;
+  for (int64_t a = 0; a < t.shape[0]; ++a) {
+    const int64_t seq =
+        a < static_cast<int64_t>(origins.size()) ? origins[a] : a;
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t c = 0; c < t.shape[2]; ++c) {
+        const uint64_t row = RowKey(key, tag, seq, b, constant_rows ? 0 : c);
+        for (int64_t e = 0; e < t.shape[3]; ++e) f(a, b, c, e, row);
+      }
+  }
+}
+
+}  // namespace
+
+void FillByCoordinates(const TensorView& t, uint64_t key, uint64_t tag,
+                       float stddev, std::span<const int64_t> origins) {
+  ForEachKeyed(t, key, tag, origins, false,
+               [&](int64_t a, int64_t b, int64_t c, int64_t e, uint64_t row) {
+                 t.Store(a, b, c, e, stddev * NormalOf(ElementBits(row, e)));
+               });
+}
+
 void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
-                         ValueProfile profile) {
+                         ValueProfile profile,
+                         std::span<const int64_t> origins) {
+  const uint64_t key = rng.Next();
   const TensorView &q = q_.view, &k = k_.view, &v = v_.view;
+  auto fill = [&](const TensorView& t, uint64_t tag, float stddev) {
+    FillByCoordinates(t, key, tag, stddev, origins);
+  };
+  auto origin = [&](int64_t a) {
+    return a < static_cast<int64_t>(origins.size()) ? origins[a] : a;
+  };
   switch (profile) {
     case ValueProfile::kNormal:
-      FillNormal(q, rng);
-      FillNormal(k, rng);
-      FillNormal(v, rng);
+      fill(q, kTagQ, 1.0f);
+      fill(k, kTagK, 1.0f);
+      fill(v, kTagV, 1.0f);
       break;
     case ValueProfile::kHugeLogits: {
       // logit = scale * q.k ~ scale * s^2 * sqrt(d) * N(0,1); pick s so the
@@ -136,30 +246,27 @@ void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
           1000.0 / (std::fabs(p.EffectiveScale()) *
                     std::sqrt(static_cast<double>(p.head_dim)));
       const float s = static_cast<float>(std::sqrt(target));
-      FillNormal(q, rng, s);
-      FillNormal(k, rng, s);
-      FillNormal(v, rng);
+      fill(q, kTagQ, s);
+      fill(k, kTagK, s);
+      fill(v, kTagV, 1.0f);
       break;
     }
     case ValueProfile::kConstantRows:
-      FillNormal(q, rng);
-      FillNormal(v, rng);
-      for (int64_t a = 0; a < k.shape[0]; ++a)
-        for (int64_t b = 0; b < k.shape[1]; ++b)
-          for (int64_t e = 0; e < k.shape[3]; ++e) {
-            const float val = rng.Normal();
-            for (int64_t c = 0; c < k.shape[2]; ++c) k.Store(a, b, c, e, val);
-          }
+      fill(q, kTagQ, 1.0f);
+      fill(v, kTagV, 1.0f);
+      // Every key of a (sequence, head) equal: the row hash ignores the
+      // position.
+      ForEachKeyed(
+          k, key, kTagK, origins, true,
+          [&](int64_t a, int64_t b, int64_t c, int64_t e, uint64_t row) {
+            k.Store(a, b, c, e, NormalOf(ElementBits(row, e)));
+          });
       break;
     case ValueProfile::kTiny: {
       const float tiny = std::numeric_limits<float>::denorm_min() * 4096.0f;
-      FillNormal(q, rng);
-      ForEach(k, [&](int64_t a, int64_t b, int64_t c, int64_t e) {
-        k.Store(a, b, c, e, tiny * rng.Normal());
-      });
-      ForEach(v, [&](int64_t a, int64_t b, int64_t c, int64_t e) {
-        v.Store(a, b, c, e, tiny * rng.Normal());
-      });
+      fill(q, kTagQ, 1.0f);
+      fill(k, kTagK, tiny);
+      fill(v, kTagV, tiny);
       break;
     }
     case ValueProfile::kDominantKey: {
@@ -168,13 +275,15 @@ void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
       ForEach(q, [&](int64_t a, int64_t b, int64_t c, int64_t e) {
         q.Store(a, b, c, e, 1.0f);
       });
-      FillNormal(k, rng, 0.1f);
-      FillNormal(v, rng);
+      fill(k, kTagK, 0.1f);
+      fill(v, kTagV, 1.0f);
       const float boost = 60.0f / (std::fabs(p.EffectiveScale()) *
                                    static_cast<float>(p.head_dim));
       for (int64_t a = 0; a < k.shape[0]; ++a) {
         if (p.kv_lens[a] == 0) continue;
-        const int64_t j = rng.Range(0, p.kv_lens[a] - 1);
+        const int64_t j =
+            static_cast<int64_t>(RowKey(key, kTagDominant, origin(a), 0, 0) %
+                                 static_cast<uint64_t>(p.kv_lens[a]));
         for (int64_t b = 0; b < k.shape[1]; ++b)
           for (int64_t e = 0; e < k.shape[3]; ++e)
             k.Store(a, b, j, e, p.EffectiveScale() > 0 ? boost : -boost);
@@ -185,12 +294,19 @@ void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
   if (p.mask == MaskKind::kBias) {
     const TensorView& bias = bias_.view;
     const float ninf = -std::numeric_limits<float>::infinity();
-    ForEach(bias, [&](int64_t a, int64_t b, int64_t c, int64_t e) {
-      bias.Store(a, b, c, e, rng.Bernoulli(0.1) ? ninf : rng.Normal());
-    });
+    ForEachKeyed(bias, key, kTagBias, origins, false,
+                 [&](int64_t a, int64_t b, int64_t c, int64_t e, uint64_t row) {
+                   const uint64_t x = ElementBits(row, e);
+                   // ~10% of the entries -inf (the top bits, independent of the
+                   // value's 64 after one more mix).
+                   const bool masked = (Mix(x ^ kTagBiasMasked) >> 54) < 103;
+                   bias.Store(a, b, c, e, masked ? ninf : NormalOf(x));
+                 });
     for (int64_t a = 0; a < p.batch; ++a) {
       if (p.q_lens[a] == 0) continue;
-      const int64_t row = rng.Range(0, p.q_lens[a] - 1);
+      const int64_t row =
+          static_cast<int64_t>(RowKey(key, kTagBiasRow, origin(a), 0, 0) %
+                               static_cast<uint64_t>(p.q_lens[a]));
       for (int64_t b = 0; b < bias.shape[1]; ++b)
         for (int64_t e = 0; e < bias.shape[3]; ++e)
           bias.Store(a, b, row, e, ninf);

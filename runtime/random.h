@@ -5,6 +5,7 @@
 #define ATTNKIT_RUNTIME_RANDOM_H_
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "runtime/enum_table.h"
@@ -63,26 +64,78 @@ inline std::string_view ValueProfileName(ValueProfile v) {
   return kValueProfileNames.Name(v);
 }
 
-// Owns q, k, v, (bias), out for one problem, laid out per problem.layout,
-// with extents equal to the longest lengths (or kv_capacity when larger).
+// Where q or out lie in memory (the problem fixes only K/V's layout): head-
+// major [b][h][s][d] or token-major [b][s][h][d] (Q sliced from a fused QKV
+// projection, out written where the output projection reads it), with `pad`
+// elements of slack per row (per token when token-major): pad / 2 before the
+// view's first element and the rest after each row, so the view lies inside
+// a larger buffer, as Q does in a QKV row of (hq + 2 hkv) * d elements.
+struct RowLayout {
+  bool token_major = false;
+  int64_t pad = 0;
+  bool is_default() const { return !token_major && pad == 0; }
+};
+
+// How AttentionData lays out q, out and bias: RowLayouts, and a bias shared
+// by every head ([b, 1, q, kv], broadcast) instead of one per head.
+struct ArgLayout {
+  RowLayout q, out;
+  bool shared_bias = false;
+};
+
+// Strides of a q or out view of `shape` [b, h, s, d] in `layout`.
+std::array<int64_t, 4> RowStrides(const RowLayout& layout,
+                                  const std::array<int64_t, 4>& shape);
+// A q or out tensor of `shape` in `layout`, its padding allocated around
+// the view (throws std::bad_alloc like Tensor::Allocate).
+Tensor AllocateRows(DType dtype, const std::array<int64_t, 4>& shape,
+                    const RowLayout& layout);
+
+// Owns q, k, v, (bias), out for one problem, laid out per problem.layout
+// and `layout`, with extents equal to the longest lengths (or kv_capacity
+// when larger).
 class AttentionData {
  public:
   static StatusOr<AttentionData> Create(const AttentionProblem& p,
-                                        int64_t kv_capacity = 0);
+                                        int64_t kv_capacity = 0,
+                                        const ArgLayout& layout = {});
   // Fills q, k, v (and bias: N(0,1) with about 10% -inf entries and, per
-  // sequence with q_len > 0, one fully -inf row) and zeroes out.
+  // sequence with q_len > 0, one fully -inf row) and zeroes out. Every
+  // value is a function of one key drawn from `rng` and the element's
+  // coordinates (tensor, b, h, position, e) only -- not of the shape -- so a
+  // smaller problem filled from the same key sees the same values at the
+  // coordinates it keeps (a shrunk case slices the original's inputs).
+  // `origins[b]`, when given (one per sequence), is the sequence coordinate
+  // sequence b's values are drawn at.
   void Fill(const AttentionProblem& p, Rng& rng,
-            ValueProfile profile = ValueProfile::kNormal);
+            ValueProfile profile = ValueProfile::kNormal,
+            std::span<const int64_t> origins = {});
   void ZeroOutput();
 
   const AttentionArgs& args() const { return args_; }
+  // The whole allocations behind the views (padding included): what a
+  // check byte-compares to find writes outside a call's outputs.
+  const Tensor& q() const { return q_; }
+  const Tensor& k() const { return k_; }
+  const Tensor& v() const { return v_; }
+  const Tensor& bias() const { return bias_; }
+  const Tensor& out() const { return out_; }
 
  private:
   Tensor q_, k_, v_, bias_, out_;
   AttentionArgs args_;
 };
 
-// Fills every element of a view (any strides) from N(0, stddev).
+// Fills the view from `key` by coordinates, as AttentionData::Fill does:
+// element (a, b, c, e) of tensor `tag` is ~N(0, stddev) (an Irwin-Hall sum
+// of four uniforms: |x| <= 3.46 stddev, ~2 ns per element).
+// `origins[a]`, when given, is the coordinate used for a.
+void FillByCoordinates(const TensorView& t, uint64_t key, uint64_t tag,
+                       float stddev = 1.0f,
+                       std::span<const int64_t> origins = {});
+
+// Fills every element of a view (any strides) from N(0, stddev), by
+// coordinates from one key drawn from `rng` (FillByCoordinates).
 void FillNormal(const TensorView& t, Rng& rng, float stddev = 1.0f);
 
 }  // namespace attnkit

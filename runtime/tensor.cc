@@ -155,12 +155,23 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
 }
 
 Tensor Tensor::Allocate(DType dtype, std::array<int64_t, 4> shape,
-                        std::array<int64_t, 4> strides) {
-  const uint64_t bytes = SpanBytes(shape, strides, dtype);
-  if (bytes == std::numeric_limits<uint64_t>::max()) throw std::bad_alloc();
+                        std::array<int64_t, 4> strides, int64_t lead,
+                        int64_t tail) {
+  const uint64_t span = SpanBytes(shape, strides, dtype);
+  const uint64_t esize = static_cast<uint64_t>(DTypeSize(dtype));
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  if (span == kMax || lead < 0 || tail < 0 ||
+      static_cast<uint64_t>(lead) > (kMax >> 8) / esize ||
+      static_cast<uint64_t>(tail) > (kMax >> 8) / esize || span > (kMax >> 4)) {
+    throw std::bad_alloc();
+  }
+  const uint64_t lead_bytes = static_cast<uint64_t>(lead) * esize;
+  // An empty view has no span; its slack is still allocated.
+  const uint64_t bytes =
+      lead_bytes + span + static_cast<uint64_t>(tail) * esize;
   Tensor t;
   t.buffer = AlignedBuffer(static_cast<size_t>(bytes));
-  t.view.data = t.buffer.data();
+  t.view.data = static_cast<std::byte*>(t.buffer.data()) + lead_bytes;
   t.view.dtype = dtype;
   t.view.shape = shape;
   t.view.strides = strides;

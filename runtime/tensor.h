@@ -94,9 +94,12 @@ struct Tensor {
   AlignedBuffer buffer;
   TensorView view;
 
-  // Allocates shape with the given strides (which must fit in the buffer).
+  // Allocates shape with the given strides (which must fit in the buffer),
+  // with `lead` elements of slack before the view's first element and
+  // `tail` after its last (a view inside a larger buffer).
   static Tensor Allocate(DType dtype, std::array<int64_t, 4> shape,
-                         std::array<int64_t, 4> strides);
+                         std::array<int64_t, 4> strides, int64_t lead = 0,
+                         int64_t tail = 0);
   static Tensor Contiguous(DType dtype, std::array<int64_t, 4> shape) {
     return Allocate(dtype, shape, ContiguousStrides(shape));
   }
