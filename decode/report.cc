@@ -381,6 +381,119 @@ Status BackendSupports(const DecodeBackend& backend, const DecodeConfig& c) {
   return Status::Ok();
 }
 
+// One configuration of a backend in both modes: the naive session, then the
+// in-place one (its cache audited), held to the guarantees; failures go to
+// the report, a row to its table when `table_row`.
+Status RunConfiguration(DecodeConfig c, int64_t len, const std::string& where,
+                        bool counting, bool table_row, DecodeReport& report,
+                        std::FILE* log) {
+  c.audit_cache = true;
+  std::vector<float> naive_out;
+  std::vector<reference::Truth> truths;
+  for (DecodeMode mode : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
+    if (log != nullptr) {
+      std::fprintf(log, "decode: %s %s ...\n", where.c_str(),
+                   std::string(DecodeModeName(mode)).c_str());
+      std::fflush(log);
+    }
+    const std::string name =
+        where + " " + std::string(DecodeModeName(mode)) + ": ";
+    // A backend that fails a step -- an error, or its worker dying
+    // (backends/remote.h) -- fails this row; the other backends' rows
+    // still run.
+    auto session = DecodeSession::Create(c, mode);
+    Status ran = session.ok() ? (*session)->Run() : session.status();
+    if (!ran.ok()) {
+      report.failures.push_back(name + ran.ToString());
+      break;
+    }
+    if (table_row) report.rows.push_back(Summarize(**session, len));
+    if (mode == DecodeMode::kNaiveConcat) {
+      naive_out = AllOutputs(**session);
+      ATTNKIT_ASSIGN_OR_RETURN(truths, LastStepTruth(**session));
+      if (std::string bad = CheckLastStep(**session, truths); !bad.empty()) {
+        report.failures.push_back(name + bad);
+      }
+      continue;
+    }
+    // The in-place guarantees, step by step: the cache's bytes after every
+    // append (the audit), no allocation, exactly the new tokens copied.
+    if (const std::string& fault = (*session)->cache_fault(); !fault.empty()) {
+      report.failures.push_back(name + "KV cache: " + fault);
+    }
+    const auto rec = (*session)->records();
+    for (size_t s = 0; s < rec.size(); ++s) {
+      if (s > 0 && counting && rec[s].allocs != 0) {
+        report.failures.push_back(
+            name + "step " + std::to_string(s) + " made " +
+            std::to_string(rec[s].allocs) + " allocation(s) of " +
+            std::to_string(rec[s].bytes_allocated) + " bytes, " +
+            std::to_string(rec[s].append_allocs) +
+            " in the KV update, the rest in attention "
+            "(expected 0 after the first step; a "
+            "backend sizes its workspaces in "
+            "Backend::ReserveWorkspace)");
+        break;
+      }
+    }
+    for (size_t s = 0; s < rec.size(); ++s) {
+      if (rec[s].bytes_copied != c.NewTokenBytes()) {
+        report.failures.push_back(
+            name + "step " + std::to_string(s) + " copied " +
+            std::to_string(rec[s].bytes_copied) + " bytes, expected " +
+            "new_token_bytes=" + std::to_string(c.NewTokenBytes()));
+        break;
+      }
+    }
+    // Every step and layer, naive against in place: the same backend on
+    // the same values, each output within the max-error bound of the
+    // oracle, so the two differ by at most twice that. Every step's
+    // context is a prefix of the last step's, its values drawn from the
+    // same distributions, so the last step's bound holds for it too.
+    const std::vector<float> out = AllOutputs(**session);
+    const double tol = 2 * MaxBound(truths);
+    double worst = 0;
+    size_t worst_at = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double d = std::fabs(static_cast<double>(out[i]) - naive_out[i]);
+      if (!(d <= worst)) {  // NaN counts as worst
+        worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
+        worst_at = i;
+      }
+    }
+    if (out.size() != naive_out.size() || !(worst <= tol)) {
+      const size_t per_step =
+          static_cast<size_t>(c.layers * c.batch * c.q_heads * c.head_dim);
+      report.failures.push_back(name + "output differs from naive_concat by " +
+                                std::to_string(worst) + " > tolerance " +
+                                std::to_string(tol) + " at step " +
+                                std::to_string(worst_at / per_step));
+    }
+    if (std::string bad = CheckLastStep(**session, truths); !bad.empty()) {
+      report.failures.push_back(name + bad);
+    }
+  }
+  return Status::Ok();
+}
+
+// The contract configuration of the report's stack in `layout`: one layer,
+// a ragged batch of three (one sequence empty), 4 query heads on 2 kv heads
+// of 64 (enough to index every head and sequence wrong), 4 steps.
+DecodeConfig ContractConfig(const DecodeConfig& base, KvLayout layout) {
+  DecodeConfig c;
+  c.layers = 1;
+  c.batch = 3;
+  c.q_heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.dtype = base.dtype;
+  c.layout = layout;
+  c.start_lens = {37, 0, 129};
+  c.steps = 4;
+  c.seed = base.seed;
+  return c;
+}
+
 }  // namespace
 
 StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
@@ -439,89 +552,28 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
         continue;
       }
       ++report.compared;
-      std::vector<float> naive_out;
-      std::vector<reference::Truth> truths;
-      for (DecodeMode mode : {DecodeMode::kNaiveConcat, DecodeMode::kInPlace}) {
-        if (log != nullptr) {
-          std::fprintf(log, "decode: %s %s ...\n", where.c_str(),
-                       std::string(DecodeModeName(mode)).c_str());
-          std::fflush(log);
-        }
-        const std::string name =
-            where + " " + std::string(DecodeModeName(mode)) + ": ";
-        // A backend that fails a step -- an error, or its worker dying
-        // (backends/remote.h) -- fails this row; the other backends' rows
-        // still run.
-        auto session = DecodeSession::Create(c, mode);
-        Status ran = session.ok() ? (*session)->Run() : session.status();
-        if (!ran.ok()) {
-          report.failures.push_back(name + ran.ToString());
-          break;
-        }
-        report.rows.push_back(Summarize(**session, len));
-        if (mode == DecodeMode::kNaiveConcat) {
-          naive_out = AllOutputs(**session);
-          ATTNKIT_ASSIGN_OR_RETURN(truths, LastStepTruth(**session));
-          if (std::string bad = CheckLastStep(**session, truths);
-              !bad.empty()) {
-            report.failures.push_back(name + bad);
-          }
-          continue;
-        }
-        // The in-place guarantees, step by step.
-        const auto rec = (*session)->records();
-        for (size_t s = 0; s < rec.size(); ++s) {
-          if (s > 0 && counting && rec[s].allocs != 0) {
-            report.failures.push_back(
-                name + "step " + std::to_string(s) + " made " +
-                std::to_string(rec[s].allocs) + " allocation(s) of " +
-                std::to_string(rec[s].bytes_allocated) + " bytes, " +
-                std::to_string(rec[s].append_allocs) +
-                " in the KV update, the rest in attention "
-                "(expected 0 after the first step; a "
-                "backend sizes its workspaces in "
-                "Backend::ReserveWorkspace)");
-            break;
-          }
-        }
-        for (size_t s = 0; s < rec.size(); ++s) {
-          if (rec[s].bytes_copied != c.NewTokenBytes()) {
-            report.failures.push_back(
-                name + "step " + std::to_string(s) + " copied " +
-                std::to_string(rec[s].bytes_copied) + " bytes, expected " +
-                "new_token_bytes=" + std::to_string(c.NewTokenBytes()));
-            break;
-          }
-        }
-        // Every step and layer, naive against in place: the same backend on
-        // the same values, each output within the max-error bound of the
-        // oracle, so the two differ by at most twice that. Every step's
-        // context is a prefix of the last step's, its values drawn from the
-        // same distributions, so the last step's bound holds for it too.
-        const std::vector<float> out = AllOutputs(**session);
-        const double tol = 2 * MaxBound(truths);
-        double worst = 0;
-        size_t worst_at = 0;
-        for (size_t i = 0; i < out.size(); ++i) {
-          const double d =
-              std::fabs(static_cast<double>(out[i]) - naive_out[i]);
-          if (!(d <= worst)) {  // NaN counts as worst
-            worst = std::isnan(d) ? std::numeric_limits<double>::infinity() : d;
-            worst_at = i;
-          }
-        }
-        if (out.size() != naive_out.size() || !(worst <= tol)) {
-          const size_t per_step =
-              static_cast<size_t>(c.layers * c.batch * c.q_heads * c.head_dim);
-          report.failures.push_back(
-              name + "output differs from naive_concat by " +
-              std::to_string(worst) + " > tolerance " + std::to_string(tol) +
-              " at step " + std::to_string(worst_at / per_step));
-        }
-        if (std::string bad = CheckLastStep(**session, truths); !bad.empty()) {
-          report.failures.push_back(name + bad);
-        }
+      ATTNKIT_RETURN_IF_ERROR(
+          RunConfiguration(c, len, where, counting, true, report, log));
+    }
+    // The cache contract beyond the table's shapes: a ragged batch of three
+    // sequences (one empty) with grouped heads, in every layout, each
+    // append audited byte for byte as the check's decode loops are.
+    for (const KvLayout layout :
+         {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+      DecodeConfig c = ContractConfig(options.config, layout);
+      c.backend = backend.name;
+      c.make_backend = backend.make;
+      const std::string where =
+          "cache contract (ragged batch, start_lens=37:0:129, layout=" +
+          std::string(KvLayoutName(layout)) + ") backend=" + c.backend;
+      if (Status s = BackendSupports(backend, c); !s.ok()) {
+        (s.code() == StatusCode::kInternal ? report.failures : report.skipped)
+            .push_back(where + ": " + s.ToString());
+        continue;
       }
+      ++report.contract_checked;
+      ATTNKIT_RETURN_IF_ERROR(
+          RunConfiguration(c, 0, where, counting, false, report, log));
     }
   }
   return report;
@@ -609,8 +661,10 @@ std::string FormatDecodeTable(const DecodeReport& report,
        << kExitNothingChecked << ")\n";
   } else if (report.failures.empty()) {
     os << "decode: PASS (in place: 0 allocations after the first step, "
-          "exactly new_token_bytes copied per step, outputs match naive and "
-          "the f64 oracle)\n";
+          "exactly new_token_bytes copied per step, the cache's bytes exact "
+          "after every append, outputs match naive and the f64 oracle; "
+       << report.contract_checked
+       << " ragged cache-contract configuration(s) too)\n";
   }
   return os.str();
 }
@@ -638,22 +692,24 @@ std::string DecodeReportJson(const DecodeReport& report,
                     {"step_us", r.step_us},
                     {"peak_bytes", r.peak_bytes}});
   }
-  const nlohmann::ordered_json doc = {{"schema", "attnkit.decode.v1"},
-                                      {"config",
-                                       {{"backend", backends},
-                                        {"layers", c.layers},
-                                        {"batch", c.batch},
-                                        {"heads", c.q_heads},
-                                        {"kv_heads", c.kv_heads},
-                                        {"head_dim", c.head_dim},
-                                        {"dtype", DTypeName(c.dtype)},
-                                        {"layout", KvLayoutName(c.layout)},
-                                        {"steps", c.steps},
-                                        {"seed", c.seed}}},
-                                      {"interrupted", report.interrupted},
-                                      {"rows", rows},
-                                      {"failures", report.failures},
-                                      {"skipped", report.skipped}};
+  const nlohmann::ordered_json doc = {
+      {"schema", "attnkit.decode.v1"},
+      {"config",
+       {{"backend", backends},
+        {"layers", c.layers},
+        {"batch", c.batch},
+        {"heads", c.q_heads},
+        {"kv_heads", c.kv_heads},
+        {"head_dim", c.head_dim},
+        {"dtype", DTypeName(c.dtype)},
+        {"layout", KvLayoutName(c.layout)},
+        {"steps", c.steps},
+        {"seed", c.seed}}},
+      {"interrupted", report.interrupted},
+      {"rows", rows},
+      {"contract_checked", report.contract_checked},
+      {"failures", report.failures},
+      {"skipped", report.skipped}};
   // dump() writes a non-finite number (a median of no steps) as null.
   return doc.dump(2) + "\n";
 }

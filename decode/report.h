@@ -90,6 +90,9 @@ struct DecodeReport {
   // Configurations (backend x context length) run in both modes and
   // compared.
   int64_t compared = 0;
+  // Cache-contract configurations (a ragged batch in each layout) run and
+  // audited after the table's.
+  int64_t contract_checked = 0;
   bool nothing_compared() const { return compared == 0; }
 };
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/registry.h"
+#include "harness/canaries.h"
 
 namespace attnkit::decode {
 namespace {
@@ -129,11 +130,17 @@ TEST(DecodeReportTest, DeclinedConfigurationsAreSkippedNotFailed) {
   auto report = RunDecodeReport(o, nullptr);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->failures.empty()) << report->failures.front();
-  ASSERT_EQ(report->skipped.size(), 1u);
+  // The table's configuration, then the three cache-contract ones.
+  ASSERT_EQ(report->skipped.size(), 4u);
   EXPECT_NE(report->skipped[0].find(
                 "UNIMPLEMENTED: naive_concat: head_dim=8 has no kernel"),
             std::string::npos)
       << report->skipped[0];
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_NE(report->skipped[i].find("cache contract"), std::string::npos)
+        << report->skipped[i];
+  }
+  EXPECT_EQ(report->contract_checked, 0);
   EXPECT_TRUE(report->nothing_compared());
   const std::string table = FormatDecodeTable(*report, o);
   EXPECT_NE(table.find("decode: SKIP"), std::string::npos) << table;
@@ -288,9 +295,14 @@ DecodeReportOptions ShiftedRun(float offset) {
 TEST(DecodeReportTest, OutputsAreHeldToTheOracleWithTheToleranceModel) {
   auto bad = RunDecodeReport(ShiftedRun(5e-5f), nullptr);
   ASSERT_TRUE(bad.ok()) << bad.status().ToString();
-  // Both modes run the shifted attention; they agree with each other.
-  ASSERT_EQ(bad->failures.size(), 2u) << bad->failures[0] << "\n"
+  // Both modes run the shifted attention; they agree with each other. The
+  // table's configuration fails first, then each cache-contract one.
+  ASSERT_EQ(bad->failures.size(), 8u) << bad->failures[0] << "\n"
                                       << bad->failures.back();
+  for (size_t i = 2; i < 8; ++i) {
+    EXPECT_NE(bad->failures[i].find("cache contract"), std::string::npos)
+        << bad->failures[i];
+  }
   for (int i = 0; i < 2; ++i) {
     EXPECT_NE(bad->failures[i].find(
                   std::string(i == 0 ? "naive_concat" : "in_place") +
@@ -373,14 +385,65 @@ TEST(DecodeReportTest, PluginWithAnAppendBugFailsTheGate) {
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(o.config.backend, "example_append_position_off");
   ASSERT_FALSE(report->failures.empty());
-  EXPECT_NE(report->failures.front().find("in_place: output differs from "
-                                          "naive_concat"),
+  // The cache audit names the first wrong byte before the outputs differ.
+  EXPECT_NE(report->failures.front().find("in_place: KV cache: layer 0 "),
             std::string::npos)
       << report->failures.front();
   EXPECT_NE(FormatDecodeTable(*report, o).find("decode: FAIL"),
             std::string::npos);
 }
 #endif
+
+// The report audits the cache after every append, as the check's decode
+// loops do: appends that the byte count alone lets through -- the next
+// slot written, new_lens ignored, transposed V written row-major, sequence
+// 0's position for all -- fail it, in the ragged cache-contract
+// configurations when the table's single sequence cannot show them.
+TEST(DecodeReportTest, AppendBugsFailTheCacheAudit) {
+  for (harness::Bug bug :
+       {harness::Bug::kAppendSpill, harness::Bug::kAppendIgnoresLens,
+        harness::Bug::kAppendVRowMajor, harness::Bug::kAppendFirstPosition}) {
+    DecodeReportOptions o;
+    o.config.q_heads = 4;
+    o.config.kv_heads = 2;
+    o.config.head_dim = 16;
+    o.config.steps = 3;
+    o.start_lens = {20};
+    o.backends = {{std::string(harness::BugName(bug)),
+                   {},
+                   [bug]() -> StatusOr<std::unique_ptr<Backend>> {
+                     return harness::MakeCanary(bug);
+                   }}};
+    auto report = RunDecodeReport(o, nullptr);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_FALSE(report->failures.empty()) << harness::BugName(bug);
+    bool audited = false;
+    for (const std::string& f : report->failures) {
+      audited =
+          audited || f.find("in_place: KV cache: layer 0") != std::string::npos;
+    }
+    EXPECT_TRUE(audited) << harness::BugName(bug) << ": "
+                         << report->failures.front();
+  }
+  // The canaries' correct twin passes the same audit (it allocates its row
+  // buffers per call, which the allocation gate reports: not a cache fault).
+  DecodeReportOptions o;
+  o.start_lens = {20};
+  o.config.q_heads = 4;
+  o.config.kv_heads = 2;
+  o.config.head_dim = 16;
+  o.config.steps = 3;
+  o.backends = {{"canary_none", {}, []() -> StatusOr<std::unique_ptr<Backend>> {
+                   return harness::MakeCanary(harness::Bug::kNone);
+                 }}};
+  auto report = RunDecodeReport(o, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  for (const std::string& f : report->failures) {
+    EXPECT_EQ(f.find("KV cache"), std::string::npos) << f;
+    EXPECT_EQ(f.find("differs"), std::string::npos) << f;
+  }
+  EXPECT_EQ(report->contract_checked, 3);
+}
 
 }  // namespace
 }  // namespace attnkit::decode

@@ -1,6 +1,7 @@
 #include "decode/session.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "backends/registry.h"
@@ -11,6 +12,45 @@
 
 namespace attnkit::decode {
 namespace {
+
+// Every cache byte before its first append (decode report audit, NaN for
+// a kernel that reads past a length).
+constexpr unsigned char kPoison = 0xFF;
+
+// The bits of every element of a dense view summed as unsigned integers: a
+// layout-independent fingerprint (the same elements in any order give the
+// same sum), read at memory speed.
+uint64_t BitSum(const TensorView& t) {
+  const int64_t n = t.NumElements();
+  if (n == 0) return 0;
+  uint64_t sum = 0;
+  if (t.dtype == DType::kF32) {
+    const auto* w = static_cast<const uint32_t*>(t.data);
+    for (int64_t i = 0; i < n; ++i) sum += w[i];
+  } else {
+    const auto* w = static_cast<const uint16_t*>(t.data);
+    for (int64_t i = 0; i < n; ++i) sum += w[i];
+  }
+  return sum;
+}
+
+uint64_t ElementBits(const TensorView& t, int64_t b, int64_t h, int64_t j,
+                     int64_t e) {
+  const auto* p = static_cast<const unsigned char*>(t.data) +
+                  t.Offset(b, h, j, e) * DTypeSize(t.dtype);
+  if (t.dtype == DType::kF32) {
+    uint32_t w;
+    std::memcpy(&w, p, sizeof(w));
+    return w;
+  }
+  uint16_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+uint64_t PoisonBits(DType dtype) {
+  return dtype == DType::kF32 ? 0xffffffffull : 0xffffull;
+}
 
 std::string Field(std::string_view name, int64_t v) {
   return std::string(name) + "=" + std::to_string(v);
@@ -212,9 +252,16 @@ Status DecodeSession::Init() {
     ATTNKIT_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(kc));
     // Poison: a kernel that reads past a sequence's length gets NaN, and the
     // comparison with the naive mode fails loudly instead of passing on zeros.
-    cache.Clear(std::byte{0xFF});
+    cache.Clear(std::byte{kPoison});
     cache_.emplace(std::move(cache));
     stepper_.emplace(Stepper::InPlace(*backend_, *cache_));
+    if (c.audit_cache) {
+      // Every element starts as the poison.
+      const uint64_t per_layer =
+          static_cast<uint64_t>(2 * c.batch * c.kv_heads * cap * c.head_dim);
+      expected_sum_.assign(static_cast<size_t>(c.layers),
+                           per_layer * PoisonBits(c.dtype));
+    }
   } else {
     naive_.reserve(static_cast<size_t>(c.layers));
     for (int64_t l = 0; l < c.layers; ++l) {
@@ -241,6 +288,54 @@ Status DecodeSession::Init() {
   return Status::Ok();
 }
 
+void DecodeSession::AuditRows(int64_t l, int64_t b, int64_t begin, int64_t n,
+                              const TensorView& new_k,
+                              const TensorView& new_v) {
+  const KvCache::View full = cache_->Full(l);
+  const uint64_t poison = PoisonBits(config_.dtype);
+  const char* names[2] = {"k", "v"};
+  const TensorView* caches[2] = {&full.k, &full.v};
+  const TensorView* news[2] = {&new_k, &new_v};
+  for (int which = 0; which < 2; ++which) {
+    const TensorView& cache = *caches[which];
+    for (int64_t h = 0; h < config_.kv_heads; ++h)
+      for (int64_t t = 0; t <= n; ++t) {
+        const int64_t j = begin + t;
+        if (j >= cache.shape[2]) break;
+        for (int64_t e = 0; e < config_.head_dim; ++e) {
+          const uint64_t got = ElementBits(cache, b, h, j, e);
+          const uint64_t want =
+              t < n ? ElementBits(*news[which], b, h, t, e) : poison;
+          if (t < n) expected_sum_[l] += want - poison;
+          if (got == want || !cache_fault_.empty()) continue;
+          cache_fault_ =
+              "layer " + std::to_string(l) + " " + names[which] + "_cache[" +
+              std::to_string(b) + "," + std::to_string(h) + "," +
+              std::to_string(j) + "," + std::to_string(e) +
+              "] = " + std::to_string(cache.Load(b, h, j, e)) +
+              (t < n ? ", expected the appended " +
+                           std::to_string(news[which]->Load(b, h, t, e)) +
+                           " (bit-exact)"
+                     : ", past the sequence's length " + std::to_string(j) +
+                           ": the append wrote a slot it does not own");
+        }
+      }
+  }
+}
+
+void DecodeSession::AuditSum(int64_t l, const char* when) {
+  if (!cache_fault_.empty()) return;
+  const KvCache::View full = cache_->Full(l);
+  const uint64_t got = BitSum(full.k) + BitSum(full.v);
+  if (got != expected_sum_[l]) {
+    cache_fault_ =
+        "layer " + std::to_string(l) + " " + when +
+        ": the cache changed outside the appended tokens (the bit "
+        "sum of its elements is off by " +
+        std::to_string(static_cast<int64_t>(got - expected_sum_[l])) + ")";
+  }
+}
+
 Status DecodeSession::Prefill() {
   const DecodeConfig& c = config_;
   const int64_t n = c.MaxStartLen();
@@ -257,6 +352,12 @@ Status DecodeSession::Prefill() {
     if (mode_ == DecodeMode::kInPlace) {
       ATTNKIT_RETURN_IF_ERROR(
           cache_->Append(l, k.view, v.view, lens, backend_.get()));
+      if (c.audit_cache) {
+        for (int64_t b = 0; b < c.batch; ++b) {
+          AuditRows(l, b, 0, lens[b], k.view, v.view);
+        }
+        AuditSum(l, "after the prefill");
+      }
     } else {
       ATTNKIT_RETURN_IF_ERROR(naive_[l].Append(k.view, v.view, lens).status());
     }
@@ -293,6 +394,15 @@ Status DecodeSession::Step() {
   ATTNKIT_RETURN_IF_ERROR(stepper_->Step(problem_, layer_steps_, one_token_,
                                          &rec, session_meter_.get()));
   records_.push_back(rec);  // reserved at Create: no allocation
+  if (c.audit_cache && mode_ == DecodeMode::kInPlace) {
+    for (int64_t l = 0; l < c.layers; ++l) {
+      for (int64_t b = 0; b < c.batch; ++b) {
+        AuditRows(l, b, stepper_->length(b) - 1, 1, new_k_[l].view,
+                  new_v_[l].view);
+      }
+      AuditSum(l, "after a step");
+    }
+  }
   return Status::Ok();
 }
 

@@ -67,6 +67,12 @@ struct DecodeConfig {
   // from a shared library, say); `backend` is then only its name.
   std::function<StatusOr<std::unique_ptr<Backend>>()> make_backend;
   uint64_t seed = 1;
+  // kInPlace: check the cache after the prefill and after every step,
+  // outside the step's meter (decode report): the new tokens' slots byte
+  // for byte against what was appended, the slot after them still the
+  // poison, and a sum of every element's bits of the whole capacity against
+  // the expected one, so a write anywhere else shows. See cache_fault().
+  bool audit_cache = false;
 
   // INVALID_ARGUMENT naming the field and value (NOT_FOUND for an unknown
   // backend is reported by DecodeSession::Create).
@@ -122,6 +128,10 @@ class DecodeSession {
   TensorView query(int64_t layer) const;
   TensorView output(int64_t step, int64_t layer) const;
 
+  // The first fault the cache audit found (config.audit_cache), naming the
+  // layer, sequence, position and element; "" when none (or not audited).
+  const std::string& cache_fault() const { return cache_fault_; }
+
   // The in-place cache (null in kNaiveConcat mode).
   const KvCache* cache() const { return cache_ ? &*cache_ : nullptr; }
   // The naive mode's K/V of sequence b ([1, kv_heads, len, head_dim], BHSD);
@@ -133,6 +143,14 @@ class DecodeSession {
   Status Init();
   Status Prefill();
   void FillStepInputs(int64_t step);
+  // The audit (config.audit_cache): sequence b's rows [begin, begin + n) of
+  // layer l's cache against rows [0, n) of new_k/new_v, and the row after
+  // them still the poison; the expected bit sum of the layer advanced by
+  // the rows' bits. Records the first fault.
+  void AuditRows(int64_t l, int64_t b, int64_t begin, int64_t n,
+                 const TensorView& new_k, const TensorView& new_v);
+  // The layer's whole-capacity bit sum against the expected one.
+  void AuditSum(int64_t l, const char* when);
 
   DecodeConfig config_;
   DecodeMode mode_;
@@ -149,6 +167,8 @@ class DecodeSession {
   AttentionProblem problem_;  // reused every step: no allocation
   std::vector<int64_t> one_token_;
   std::vector<StepRecord> records_;
+  std::vector<uint64_t> expected_sum_;  // per layer (audit_cache)
+  std::string cache_fault_;
 };
 
 }  // namespace attnkit::decode

@@ -138,6 +138,22 @@ class CanaryBackend final : public Backend {
       }
       a.positions = positions_;
     }
+    if (bug_ == Bug::kAppendIgnoresLens) {
+      // The batch's longest count for every sequence (clamped into the
+      // cache and the staging rows).
+      int64_t most = 0;
+      for (int64_t n : in.new_lens) most = std::max(most, n);
+      lens_.assign(in.new_lens.begin(), in.new_lens.end());
+      for (size_t b = 0; b < lens_.size(); ++b) {
+        lens_[b] = std::min(
+            {most, in.new_k.shape[2], in.k_cache.shape[2] - in.positions[b]});
+      }
+      a.new_lens = lens_;
+    }
+    if (bug_ == Bug::kAppendVRowMajor) {
+      // Both caches are dense over the same shape: in bounds, wrong place.
+      a.v_cache.strides = a.k_cache.strides;
+    }
     AppendKvStrided(a);
     if (bug_ != Bug::kAppendSpill) return Status::Ok();
     // A vector store that runs one token past the end: the last new token
@@ -173,7 +189,7 @@ class CanaryBackend final : public Backend {
 
   Bug bug_;
   std::string name_;
-  std::vector<int64_t> positions_;
+  std::vector<int64_t> positions_, lens_;
 };
 
 }  // namespace

@@ -39,6 +39,8 @@ enum class Bug : uint8_t {
   kScalesQInPlace,       // folds the scale into q, in place (right output)
   kZeroesKvPastLen,      // clears K/V rows past kv_len (right output)
   kAppendFirstPosition,  // appends every sequence at sequence 0's position
+  kAppendIgnoresLens,    // appends max(new_lens) tokens for every sequence
+  kAppendVRowMajor,      // writes V with K's strides (tv cache as row-major)
 };
 inline constexpr auto kBugNames = MakeEnumTable<Bug>({
     {Bug::kNone, "none"},
@@ -58,6 +60,8 @@ inline constexpr auto kBugNames = MakeEnumTable<Bug>({
     {Bug::kScalesQInPlace, "scales_q_in_place"},
     {Bug::kZeroesKvPastLen, "zeroes_kv_past_len"},
     {Bug::kAppendFirstPosition, "append_first_position"},
+    {Bug::kAppendIgnoresLens, "append_ignores_lens"},
+    {Bug::kAppendVRowMajor, "append_v_row_major"},
 });
 static_assert(kBugNames.RoundTrips());
 inline std::string_view BugName(Bug b) { return kBugNames.Name(b); }

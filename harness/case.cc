@@ -593,6 +593,10 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
               std::to_string(static_cast<int64_t>(mq_all)) + cap_s + ")",
           {b, hq, mq_all, cap, 4});
   }
+  e.Add("oracle's f32 copies of one head (q, k, v: " +
+            std::to_string(static_cast<int64_t>(mq)) + " + 2 x " +
+            std::to_string(p.max_kv_len()) + " rows" + dim + ")",
+        {mq + 2 * static_cast<double>(p.max_kv_len()), d, 4});
   e.Add("oracle f64 output (" + shape +
             " x q=" + std::to_string(static_cast<int64_t>(mq)) + dim + ")",
         {b, hq, mq, d, 8});

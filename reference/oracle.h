@@ -17,6 +17,16 @@ namespace attnkit::reference {
 Status OracleAttention(const AttentionProblem& p, const AttentionArgs& args,
                        std::vector<double>* out);
 
+// Rows [0, n) of view t at (b, h) -- [n, shape[3]] -- widened to f32 into
+// `out`, dense (exact for f32 and bf16): what the oracle and the tolerance
+// model read, once per kv head, instead of a strided Load per multiply-add.
+void WidenRows(const TensorView& t, int64_t b, int64_t h, int64_t n,
+               std::vector<float>& out);
+
+// sum_e a[e] * b[e] in f64 (four partial sums: the order differs from a
+// plain loop by f64 rounding only).
+double DotF64(const float* a, const float* b, int64_t n);
+
 }  // namespace attnkit::reference
 
 #endif  // ATTNKIT_REFERENCE_ORACLE_H_

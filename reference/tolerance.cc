@@ -73,58 +73,65 @@ LogitSensitivity MeasureLogitSensitivity(const AttentionProblem& p,
   const int64_t mq = p.max_q_len(), d = p.head_dim;
   const double scale = static_cast<double>(p.EffectiveScale());
   const double ninf = -std::numeric_limits<double>::infinity();
-  std::vector<double> q(d), weight, mag;
+  std::vector<double> weight, mag, sens(static_cast<size_t>(d));
+  std::vector<float> q, k, v;
   double sum_all = 0;
   int64_t count = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t kl = p.kv_lens[b];
+    const int64_t kl = p.kv_lens[b], ql = p.q_lens[b];
+    if (ql == 0) continue;
     weight.resize(kl);
     mag.resize(kl);
-    for (int64_t h = 0; h < p.q_heads; ++h) {
-      const int64_t kh = p.KvHeadOf(h);
-      for (int64_t i = 0; i < p.q_lens[b]; ++i) {
-        const KeyRange r = VisibleKeys(p, b, i);
-        for (int64_t e = 0; e < d; ++e) q[e] = args.q.Load(b, h, i, e);
-        double m = ninf;
-        for (int64_t j = r.begin; j < r.end; ++j) {
-          double dot = 0, abs_dot = 0;
-          for (int64_t e = 0; e < d; ++e) {
-            const double t =
-                q[e] * static_cast<double>(args.k.Load(b, kh, j, e));
-            dot += t;
-            abs_dot += std::fabs(t);
+    for (int64_t kh = 0; kh < p.kv_heads; ++kh) {
+      WidenRows(args.k, b, kh, kl, k);
+      WidenRows(args.v, b, kh, kl, v);
+      for (int64_t g = 0; g < p.group_size(); ++g) {
+        const int64_t h = kh * p.group_size() + g;
+        WidenRows(args.q, b, h, ql, q);
+        for (int64_t i = 0; i < ql; ++i) {
+          const KeyRange r = VisibleKeys(p, b, i);
+          const float* qi = &q[i * d];
+          double m = ninf;
+          for (int64_t j = r.begin; j < r.end; ++j) {
+            const float* kj = &k[j * d];
+            double abs_dot = 0;
+            for (int64_t e = 0; e < d; ++e) {
+              abs_dot += std::fabs(static_cast<double>(qi[e]) * kj[e]);
+            }
+            double s = scale * DotF64(qi, kj, d);
+            double a = std::fabs(scale) * abs_dot;
+            if (p.mask == MaskKind::kBias) {
+              const double bias =
+                  args.bias.Load(b, args.bias.shape[1] == 1 ? 0 : h, i, j);
+              s += bias;
+              a += std::isfinite(bias) ? std::fabs(bias) : 0;
+            }
+            weight[j] = s;
+            mag[j] = a;
+            m = std::max(m, s);
           }
-          double s = scale * dot;
-          double a = std::fabs(scale) * abs_dot;
-          if (p.mask == MaskKind::kBias) {
-            const double bias =
-                args.bias.Load(b, args.bias.shape[1] == 1 ? 0 : h, i, j);
-            s += bias;
-            a += std::isfinite(bias) ? std::fabs(bias) : 0;
+          count += d;
+          if (m == ninf) continue;  // no visible key: exact zeros
+          double z = 0;
+          for (int64_t j = r.begin; j < r.end; ++j) {
+            weight[j] = std::exp(weight[j] - m);
+            z += weight[j];
           }
-          weight[j] = s;
-          mag[j] = a;
-          m = std::max(m, s);
-        }
-        count += d;
-        if (m == ninf) continue;  // no visible key: exact zeros
-        double z = 0;
-        for (int64_t j = r.begin; j < r.end; ++j) {
-          weight[j] = std::exp(weight[j] - m);
-          z += weight[j];
-        }
-        const double* o = truth.data() + ((b * p.q_heads + h) * mq + i) * d;
-        for (int64_t e = 0; e < d; ++e) {
-          double sens = 0;
+          const double* o = truth.data() + ((b * p.q_heads + h) * mq + i) * d;
+          std::fill(sens.begin(), sens.end(), 0.0);
           for (int64_t j = r.begin; j < r.end; ++j) {
             const double w = weight[j] / z;
             if (w < 1e-30) continue;  // moves nothing an f32 can hold
-            sens +=
-                w * mag[j] *
-                std::fabs(static_cast<double>(args.v.Load(b, kh, j, e)) - o[e]);
+            const double c = w * mag[j];
+            const float* vj = &v[j * d];
+            for (int64_t e = 0; e < d; ++e) {
+              sens[e] += c * std::fabs(static_cast<double>(vj[e]) - o[e]);
+            }
           }
-          out.max = std::max(out.max, sens);
-          sum_all += sens;
+          for (int64_t e = 0; e < d; ++e) {
+            out.max = std::max(out.max, sens[e]);
+            sum_all += sens[e];
+          }
         }
       }
     }
