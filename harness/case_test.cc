@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "runtime/enum_table_testing.h"
 
@@ -125,6 +128,74 @@ TEST(CaseStringTest, RoundTripsExactly) {
         EXPECT_EQ(*parsed->problem.scale, *c.problem.scale);
       }
     }
+  }
+}
+
+TEST(CaseStringTest, LayoutsSharedBiasAndOriginsRoundTrip) {
+  const std::string text =
+      "seed=4,index=9,values=normal,pad=0,steps=0,q_layout=bshd:128,"
+      "out_layout=bhsd:3,bias=shared,from=2:0,b=2,hq=4,hkv=2,d=32,q=1:1,"
+      "kv=5:7,mask=bias,dtype=f32,layout=bhsd";
+  auto c = ParseCase(text);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->io.q.token_major);
+  EXPECT_EQ(c->io.q.pad, 128);
+  EXPECT_FALSE(c->io.out.token_major);
+  EXPECT_EQ(c->io.out.pad, 3);
+  EXPECT_TRUE(c->io.shared_bias);
+  EXPECT_EQ(c->origins, (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(c->ToString(), text);
+  // The defaults are not written: old reproducers still parse the same.
+  const Case plain = GenerateCase(Tier::kSmoke, 1, 0);
+  Case copy = plain;
+  copy.io = {};
+  copy.origins.clear();
+  EXPECT_EQ(copy.ToString().find("q_layout"), std::string::npos);
+  for (const auto& [bad, field] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"q_layout=bshd", "q_layout=bshd is not bhsd:PAD"},
+           {"out_layout=xyz:1", "out_layout=xyz:1 is not"},
+           {"q_layout=bhsd:2000000", "q_layout=bhsd:2000000 is not"},
+           {"bias=some", "bias=some is not shared|heads"},
+           {"from=1:x", "from=1:x is not"}}) {
+    auto r =
+        ParseCase("seed=1,index=0," + bad + ",b=2,d=4,q=1:1,kv=2:2,mask=bias");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(field), std::string::npos)
+        << r.status().message();
+  }
+  auto no_bias = ParseCase("seed=1,index=0,bias=shared,b=1,d=4,q=1,kv=2");
+  ASSERT_FALSE(no_bias.ok());
+  EXPECT_NE(no_bias.status().message().find("bias=shared needs mask=bias"),
+            std::string::npos);
+  auto short_from = ParseCase("seed=1,index=0,from=3,b=2,d=4,q=1:1,kv=2:2");
+  ASSERT_FALSE(short_from.ok());
+  EXPECT_NE(short_from.status().message().find("from= names 1 sequence(s)"),
+            std::string::npos);
+}
+
+// What the default tier must draw to reach the blind spots of its first
+// version: wide heads, long contexts across each threshold, token-major
+// and padded q/out, shared bias.
+TEST(GenerateCaseTest, DefaultTierDrawsLongContextsWideHeadsAndLayouts) {
+  int64_t wide = 0, shared = 0, token_major = 0, padded = 0;
+  std::map<int64_t, int64_t> crossing;
+  for (uint64_t i = 0; i < 1500; ++i) {
+    const Case c = GenerateCase(Tier::kDefault, 1, i);
+    wide += c.problem.head_dim > 256;
+    shared += c.io.shared_bias;
+    token_major += c.io.q.token_major || c.io.out.token_major;
+    padded += c.io.q.pad > 0 || c.io.out.pad > 0;
+    for (int64_t t : {4096, 8192, 16384, 65536}) {
+      crossing[t] += c.problem.max_kv_len() > t;
+    }
+  }
+  EXPECT_GT(wide, 20);
+  EXPECT_GT(shared, 20);
+  EXPECT_GT(token_major, 100);
+  EXPECT_GT(padded, 100);
+  for (int64_t t : {4096, 8192, 16384, 65536}) {
+    EXPECT_GT(crossing[t], 0) << "no context crosses " << t;
   }
 }
 

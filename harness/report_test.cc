@@ -90,9 +90,10 @@ TEST(ReportTest, FailureTextIsTorchStyleWithAReproducer) {
   const std::string text = FormatFailure(r.reports[0]);
   for (const char* want :
        {"FAIL [canary_wrong_scale] mismatch: Tensor-likes are not close!",
-        "Mismatched elements: ", "Greatest absolute difference: ",
-        " at index (", "Greatest relative difference: ",
-        "Mean absolute difference: ", "Seed 1, case ", "Shrunk from ",
+        "Mismatched elements: ", "Failed bound: max |err| ",
+        "Greatest absolute difference: ", " at index (",
+        "Greatest relative difference: ", "Mean absolute difference: ",
+        "Seed 1, case ", "Shrunk from ",
         "Reproduce: ./attnkit check --repro 'seed=1,index=",
         "--backends canary_wrong_scale"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text;
@@ -103,6 +104,27 @@ TEST(ReportTest, FailureTextIsTorchStyleWithAReproducer) {
   auto c = ParseCase(repro);
   ASSERT_TRUE(c.ok()) << repro;
   EXPECT_EQ(c->ToString(), r.reports[0].shrunk.ToString());
+}
+
+// A failure of the mean bound alone has no element over the max bound:
+// the report says which bound failed, with both numbers.
+TEST(ReportTest, AMeanBoundFailureIsNamed) {
+  FailureReport f;
+  f.backend = "b";
+  f.original = f.shrunk = GenerateCase(Tier::kSmoke, 1, 0);
+  f.result.backend = "b";
+  f.result.outcome = Outcome::kMismatch;
+  f.result.error.count = 1;
+  f.result.error.max_abs = 2e-6;
+  f.result.error.mean_abs = 2e-6;
+  f.result.bounds.max_abs = 5.8e-6;
+  f.result.bounds.mean_abs = 1.5e-6;
+  const std::string text = FormatFailure(f);
+  EXPECT_NE(text.find("Failed bound: mean |err| 2e-06 > 1.5e-06 allowed; "
+                      "every element is within the max bound (max |err| "
+                      "2e-06 <= 5.8e-06)"),
+            std::string::npos)
+      << text;
 }
 
 TEST(ReportTest, SummaryHasOneRowPerBackend) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "harness/campaign.h"
 #include "harness/canaries.h"
 #include "harness/test_support.h"
 #include "reference/reference.h"
@@ -94,6 +95,71 @@ TEST(RunnerTest, WritingPastQLenIsAStrayWrite) {
   EXPECT_EQ(r.outcome, Outcome::kStrayWrite);
   EXPECT_NE(r.message.find("wrote out[1,0,1,0]"), std::string::npos)
       << r.message;
+}
+
+TEST(RunnerTest, WritingOutsPaddingIsAStrayWrite) {
+  // out rows are 4 + 6 floats apart, the view starting 3 floats in: the
+  // element before the first row is padding, nobody's.
+  Wrapped b([](const AttentionProblem&, const AttentionArgs& a) {
+    a.out.As<float>()[-1] = 0.0f;
+    return Status::Ok();
+  });
+  const CheckResult r =
+      RunOne(CaseFrom("seed=1,index=0,out_layout=bhsd:6,b=1,d=4,q=2,kv=3"), b);
+  EXPECT_EQ(r.outcome, Outcome::kStrayWrite);
+  EXPECT_NE(r.message.find("wrote out's padding at element 2"),
+            std::string::npos)
+      << r.message;
+}
+
+TEST(RunnerTest, WritingAnInputIsItsOwnFailureAndIsUndoneForTheNext) {
+  // Writes K past the sequence's length (the capacity row pad= adds) and
+  // q's padding: both inputs, read-only.
+  for (const char* where : {"k", "q"}) {
+    Wrapped b([where](const AttentionProblem& p, const AttentionArgs& a) {
+      if (where[0] == 'k') {
+        a.k.Store(0, 0, p.kv_lens[0], 0, 0.0f);
+      } else {
+        const_cast<float*>(a.q.As<float>())[-1] = 1.0f;
+      }
+      return Status::Ok();
+    });
+    auto ref = reference::MakeReferenceBackend();
+    Backend* both[] = {&b, ref.get()};
+    auto r = RunCase(
+        CaseFrom("seed=1,index=0,pad=2,steps=0,q_layout=bshd:4,b=1,d=4,q=2,"
+                 "kv=3"),
+        both);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)[0].outcome, Outcome::kInputWrite) << where;
+    EXPECT_NE((*r)[0].message.find(std::string("wrote ") + where),
+              std::string::npos)
+        << (*r)[0].message;
+    // Restored: the next backend sees the inputs as drawn and passes.
+    EXPECT_EQ((*r)[1].outcome, Outcome::kPass) << (*r)[1].message;
+  }
+}
+
+// The bound of a case is a function of the case alone: recomputed after
+// the heap moved (the naive reference's workspace lands elsewhere) and from
+// the case's string, as --repro does, it is the same to the bit.
+TEST(RunnerTest, ACaseHasTheSameBoundWhereverItRuns) {
+  auto ref = reference::MakeReferenceBackend();
+  Backend* one[] = {ref.get()};
+  std::vector<std::vector<char>> ballast;
+  for (uint64_t i = 0; i < 60; ++i) {
+    const Case c = GenerateCase(Tier::kDefault, 3, i * 7);
+    auto first = RunCase(c, one);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ballast.emplace_back(1 + (i * 977) % 4093);  // shifts later allocations
+    auto again = ReplayCase(c.ToString(), one);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ((*first)[0].bounds.max_abs, (*again)[0].bounds.max_abs)
+        << c.ToString();
+    EXPECT_EQ((*first)[0].bounds.mean_abs, (*again)[0].bounds.mean_abs)
+        << c.ToString();
+    EXPECT_EQ((*first)[0].ratio, (*again)[0].ratio) << c.ToString();
+  }
 }
 
 TEST(RunnerTest, AFullyMaskedRowLeftUnwrittenIsCaught) {

@@ -82,6 +82,61 @@ TEST(ShrinkTest, TheShrunkCaseReplaysTheSameFailureFromItsString) {
   EXPECT_LT(s.smallest.Cost(), big.Cost() / 50);
 }
 
+// A smaller case sees the original's inputs at every coordinate it keeps:
+// shorter contexts, fewer heads, a dropped sequence (its neighbours keep
+// theirs through from=), a narrower head -- so a value-dependent failure
+// survives shrinking, and the shrunk string replays it exactly.
+TEST(ShrinkTest, CandidatesSliceTheOriginalInputs) {
+  const Case c = *ParseCase(
+      "seed=5,index=3,values=normal,pad=0,steps=0,b=3,hq=4,hkv=2,d=16,"
+      "q=3:2:4,kv=9:7:8,mask=none,dtype=f32,layout=bshd");
+  auto data_of = [](const Case& x) {
+    AttentionData d = AttentionData::Create(x.problem, 0, x.io).value();
+    Rng rng = ValueRng(x);
+    d.Fill(x.problem, rng, x.profile, x.origins);
+    return d;
+  };
+  const AttentionData full = data_of(c);
+  int64_t checked = 0;
+  for (const Case& t : ShrinkCandidates(c)) {
+    if (t.profile != c.profile || t.problem.dtype != c.problem.dtype) {
+      continue;
+    }
+    const AttentionData small = data_of(t);
+    const AttentionProblem& p = t.problem;
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t ob = t.origins.empty() ? b : t.origins[b];
+      for (int64_t h = 0; h < p.kv_heads; ++h)
+        for (int64_t j = 0; j < p.kv_lens[b]; ++j)
+          for (int64_t e = 0; e < p.head_dim; ++e) {
+            ASSERT_EQ(small.args().k.Load(b, h, j, e),
+                      full.args().k.Load(ob, h, j, e))
+                << t.ToString();
+            ASSERT_EQ(small.args().v.Load(b, h, j, e),
+                      full.args().v.Load(ob, h, j, e));
+          }
+      for (int64_t h = 0; h < p.q_heads; ++h)
+        for (int64_t i = 0; i < p.q_lens[b]; ++i)
+          for (int64_t e = 0; e < p.head_dim; ++e) {
+            ASSERT_EQ(small.args().q.Load(b, h, i, e),
+                      full.args().q.Load(ob, h, i, e));
+          }
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+  // Dropping the first sequence keeps the others' values, named in from=.
+  bool dropped_first = false;
+  for (const Case& t : ShrinkCandidates(c)) {
+    if (t.origins == std::vector<int64_t>{1, 2}) {
+      dropped_first = true;
+      EXPECT_NE(t.ToString().find(",from=1:2,"), std::string::npos);
+      EXPECT_EQ(ParseCase(t.ToString())->origins, t.origins);
+    }
+  }
+  EXPECT_TRUE(dropped_first);
+}
+
 TEST(ShrinkTest, StopsAtTheAttemptBudget) {
   auto canary = MakeCanary(Bug::kOneElementOff);
   const Case big = CaseFrom(
