@@ -589,10 +589,15 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
   e.Add("inputs k+v (2 x " + kv_shape + cap_s + dim + ")",
         {2, b, hkv, cap, d, es});
   if (bias) {
-    e.Add("inputs bias (" + shape + " x q=" +
+    e.Add("inputs bias (" + (c.io.shared_bias ? "shared" : shape) + " x q=" +
               std::to_string(static_cast<int64_t>(mq_all)) + cap_s + ")",
-          {b, hq, mq_all, cap, 4});
+          {b, c.io.shared_bias ? 1 : hq, mq_all, cap, 4});
   }
+  // The runner keeps the inputs' bytes to find writes to them (q, k, v,
+  // bias: the same sizes again; a decode step's inputs are smaller).
+  e.Add("input snapshots (q, k, v" + std::string(bias ? ", bias" : "") + ")",
+        {b, hq * mq_all * d * es + 2 * hkv * cap * d * es +
+                (bias ? (c.io.shared_bias ? 1 : hq) * mq_all * cap * 4 : 0)});
   e.Add("oracle's f32 copies of one head (q, k, v: " +
             std::to_string(static_cast<int64_t>(mq)) + " + 2 x " +
             std::to_string(p.max_kv_len()) + " rows" + dim + ")",
