@@ -6,15 +6,22 @@
 namespace attnkit::harness {
 namespace {
 
-// Smaller values of a length, biggest cut first: 0, 1, 2, halves, n - 1.
+// Smaller values of a length, biggest cut first: 0, 1, 2, halves, then
+// n - n/4, n - n/8, ... n - 1, so a failure that needs a length past some
+// edge (a key index past 4096) closes in on the edge in logarithmically
+// many steps instead of one key at a time.
 std::vector<int64_t> SmallerThan(int64_t n) {
   std::vector<int64_t> out;
-  for (int64_t v : {int64_t{0}, int64_t{1}, int64_t{2}, n / 2, (n + 1) / 2,
-                    n - n / 4, n - 1}) {
+  auto add = [&](int64_t v) {
     if (v >= 0 && v < n && std::find(out.begin(), out.end(), v) == out.end()) {
       out.push_back(v);
     }
+  };
+  for (int64_t v : {int64_t{0}, int64_t{1}, int64_t{2}, n / 2, (n + 1) / 2}) {
+    add(v);
   }
+  for (int64_t k = 4; n / k >= 1; k *= 2) add(n - n / k);
+  add(n - 1);
   return out;
 }
 

@@ -82,6 +82,22 @@ TEST(ShrinkTest, TheShrunkCaseReplaysTheSameFailureFromItsString) {
   EXPECT_LT(s.smallest.Cost(), big.Cost() / 50);
 }
 
+// A failure that needs a context past an edge shrinks to the edge: the
+// 12-bit key index fails from key 4096 on, so the smallest failing context
+// is 4097 keys -- reached in a few hundred candidates from 5000, not one key
+// at a time.
+TEST(ShrinkTest, ALengthEdgeShrinksToTheEdge) {
+  auto canary = MakeCanary(Bug::kKeyIndexWraps4096);
+  const Case big = CaseFrom(
+      "seed=2,index=7,b=2,hq=2,hkv=1,d=16,q=1:1,kv=5000:300,mask=none");
+  const CheckResult fail = RunOne(big, *canary);
+  ASSERT_TRUE(fail.failed());
+  const ShrinkResult s = ShrinkOnBackend(big, fail, *canary);
+  EXPECT_EQ(s.smallest.problem.batch, 1) << s.smallest.ToString();
+  EXPECT_EQ(s.smallest.problem.kv_lens[0], 4097) << s.smallest.ToString();
+  EXPECT_LT(s.attempts, 400);
+}
+
 // A smaller case sees the original's inputs at every coordinate it keeps:
 // shorter contexts, fewer heads, a dropped sequence (its neighbours keep
 // theirs through from=), a narrower head -- so a value-dependent failure
