@@ -93,8 +93,8 @@ static void misbehave(const char* entry) {
   if (at == NULL) return;
   const size_t action_len = (size_t)(at - spec);
   const char* plus = strchr(at, '+');
-  const size_t entry_len = plus != NULL ? (size_t)(plus - at - 1)
-                                        : strlen(at + 1);
+  const size_t entry_len =
+      plus != NULL ? (size_t)(plus - at - 1) : strlen(at + 1);
   if (strlen(entry) != entry_len || strncmp(at + 1, entry, entry_len) != 0) {
     return;
   }
@@ -105,11 +105,14 @@ static void misbehave(const char* entry) {
   (action_len == strlen(word) && strncmp(spec, word, action_len) == 0)
   if (!EXAMPLE_IS("print")) {
     /* A last word, as a kernel's log would leave one. */
-    fprintf(stderr, "example_misbehave: %s: %.*s now\n", entry,
-            (int)action_len, spec);
+    fprintf(stderr, "example_misbehave: %s: %.*s now\n", entry, (int)action_len,
+            spec);
   }
   if (EXAMPLE_IS("segv")) {
-    volatile int* volatile nowhere = NULL;
+    /* A wild store, as a kernel's bad index makes: an unmapped page, not
+     * NULL (a sanitizer build would report a null store itself and exit 1
+     * before the fault). */
+    volatile int* volatile nowhere = (volatile int*)(uintptr_t)64;
     *nowhere = 1;
   } else if (EXAMPLE_IS("abort")) {
     abort();
