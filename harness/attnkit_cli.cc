@@ -385,23 +385,44 @@ int Check(int argc, char** argv) {
   if (res.fatal) std::printf("HARNESS ERROR: %s\n", res.fatal_message.c_str());
   std::printf("%s", harness::FormatSummary(res).c_str());
   std::fflush(stdout);  // before any backend's exit-time teardown
-  const harness::JsonContext ctx{
-      std::string(harness::TierName(o.tier)), o.seed,
-      std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count),
-      f.plugins, f.repro_flags};
-  for (auto [file, text] : {std::pair{&json, std::function([&] {
-                                        return harness::CampaignJson(res, ctx);
-                                      })},
-                            std::pair{&junit, std::function([&] {
-                                        return harness::CampaignJunit(res, ctx);
-                                      })}}) {
-    if (!*file) continue;
-    if (Status s = (*file)->Commit(text()); !s.ok()) {
-      std::fprintf(stderr, "check: %s\n", s.message().c_str());
-      return 2;
+  harness::JsonContext ctx;
+  ctx.tier = std::string(harness::TierName(o.tier));
+  ctx.seed = o.seed;
+  ctx.shard =
+      std::to_string(o.shard_index) + "/" + std::to_string(o.shard_count);
+  ctx.plugins = f.plugins;
+  ctx.extra_flags = f.repro_flags;
+  // The backends the user named: --backends, and every plug-in.
+  const std::vector<std::string> registered =
+      backends::RegisteredBackendNames();
+  for (const harness::BackendSummary& b : res.backends) {
+    auto in = [&](const std::vector<std::string>& v) {
+      return std::find(v.begin(), v.end(), b.name) != v.end();
+    };
+    if ((f.backends && in(*f.backends)) || !in(registered)) {
+      ctx.named_backends.push_back(b.name);
     }
   }
+  // The reports are written once the verdict is known (the decode report's
+  // part of it too); false when one could not be written.
+  auto write_reports = [&] {
+    for (auto [file, text] :
+         {std::pair{&json, std::function([&] {
+                      return harness::CampaignJson(res, ctx);
+                    })},
+          std::pair{&junit, std::function([&] {
+                      return harness::CampaignJunit(res, ctx);
+                    })}}) {
+      if (!*file) continue;
+      if (Status s = (*file)->Commit(text()); !s.ok()) {
+        std::fprintf(stderr, "check: %s\n", s.message().c_str());
+        return false;
+      }
+    }
+    return true;
+  };
   if (res.interrupted) {
+    if (!write_reports()) return kExitUsage;
     const int sig = StopSignal().load();
     std::printf(
         "check: INTERRUPTED by signal %d after %lld case(s): no verdict on "
@@ -412,35 +433,23 @@ int Check(int argc, char** argv) {
   }
   // No false green: a campaign of no case, or a backend the user named
   // (--backends, --plugin) that skipped every case, checked nothing.
-  std::vector<std::string> unchecked;
-  if (res.cases == 0) unchecked.push_back("the campaign ran 0 cases");
-  const std::vector<std::string> registered =
-      backends::RegisteredBackendNames();
-  for (const harness::BackendSummary& b : res.backends) {
-    auto in = [&](const std::vector<std::string>& v) {
-      return std::find(v.begin(), v.end(), b.name) != v.end();
-    };
-    const bool named = (f.backends && in(*f.backends)) || !in(registered);
-    if (res.cases > 0 && named && b.cases == 0) {
-      unchecked.push_back("backend " + b.name + " skipped all " +
-                          std::to_string(b.skipped) + " case(s)");
+  std::vector<std::string> why;
+  harness::CheckVerdict(res, ctx, &why);
+  for (const std::string& w : why) {
+    if (w.starts_with("NOTHING CHECKED: ")) {
+      std::printf("check: %s\n", w.c_str());
     }
   }
-  for (const std::string& u : unchecked) {
-    std::printf("check: NOTHING CHECKED: %s\n", u.c_str());
-  }
   if (res.fatal && res.fatal_message.starts_with("RESOURCE_EXHAUSTED")) {
+    write_reports();
     return kExitUsage;  // a case over --max-memory: the flags' to change
   }
-  const int campaign_status = res.failures > 0    ? kExitFinding
-                              : unchecked.empty() ? kExitPass
-                                                  : kExitNothingChecked;
 
   // The decode-step report's small configuration (GQA 8:2, 2 layers, 8 steps
   // up to a 4k context) over the same backends: a few seconds in all. Its
   // gate (no allocation after the first step, exactly the new tokens' bytes
-  // copied, outputs equal to the naive path's and the oracle's) is part of
-  // the check's verdict.
+  // copied, the cache exact after every append, outputs equal to the naive
+  // path's and the oracle's) is part of the check's verdict.
   decode::DecodeReportOptions d = decode::DefaultDecodeOptions();
   d.config.layers = 2;
   d.config.q_heads = 8;
@@ -452,27 +461,26 @@ int Check(int argc, char** argv) {
   d.stop = &StopSignal();
   d.max_memory_bytes = f.max_memory;
   auto report = decode::RunDecodeReport(d, stderr);
+  ctx.decode.ran = true;
   if (!report.ok()) {
     std::printf("decode: %s\n", report.status().ToString().c_str());
+    ctx.decode.failures.push_back(report.status().ToString());
+    write_reports();
     return report.status().code() == StatusCode::kResourceExhausted
                ? kExitUsage
                : kExitFinding;
   }
   std::printf("%s", decode::FormatDecodeTable(*report, d).c_str());
+  ctx.decode.interrupted = report->interrupted;
+  ctx.decode.compared = report->compared;
+  ctx.decode.contract_checked = report->contract_checked;
+  ctx.decode.failures = report->failures;
+  ctx.decode.skipped = report->skipped;
+  if (!write_reports()) return kExitUsage;
   if (report->interrupted) {
     return ExitStatusForSignal(StopSignal().load());
   }
-  const int decode_status = !report->failures.empty()    ? kExitFinding
-                            : report->nothing_compared() ? kExitNothingChecked
-                                                         : kExitPass;
-  if (campaign_status == kExitFinding || decode_status == kExitFinding) {
-    return kExitFinding;
-  }
-  if (campaign_status == kExitNothingChecked ||
-      decode_status == kExitNothingChecked) {
-    return kExitNothingChecked;
-  }
-  return kExitPass;
+  return harness::CheckVerdict(res, ctx, nullptr);
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 #include "harness/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "runtime/limits.h"
 #include "runtime/text.h"
 
 namespace attnkit::harness {
@@ -253,14 +255,24 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
          {"max_rel_err", c.error.max_rel},
          {"mean_abs_err", c.error.mean_abs},
          {"bound_max_abs", c.bounds.max_abs},
-         {"bound_mean_abs", c.bounds.mean_abs}});
+         {"bound_mean_abs", c.bounds.mean_abs},
+         {"max_abs_got", c.error.max_abs_got},
+         {"max_abs_want", c.error.max_abs_want},
+         {"max_rel_index", c.error.max_rel_index},
+         {"shrink_attempts", f.shrink_attempts},
+         {"shrink_accepted", f.shrink_accepted}});
   }
+  const DecodeVerdict& d = ctx.decode;
   const Json doc = {
       {"schema_version", kJsonSchemaVersion},
       {"tool", "attnkit check"},
       {"tier", ctx.tier},
       {"seed", ctx.seed},
       {"shard", ctx.shard},
+      {"plugins",
+       std::vector<std::string>(ctx.plugins.begin(), ctx.plugins.end())},
+      {"repro_flags", ctx.extra_flags},
+      {"named_backends", ctx.named_backends},
       {"summary",
        {{"cases", r.cases},
         {"failures", r.failures},
@@ -269,7 +281,14 @@ std::string CampaignJson(const CampaignResult& r, const JsonContext& ctx) {
         {"interrupted", r.interrupted},
         {"fatal", r.fatal ? Json(r.fatal_message) : Json(nullptr)}}},
       {"backends", backends},
-      {"failures", failures}};
+      {"failures", failures},
+      {"decode",
+       {{"ran", d.ran},
+        {"interrupted", d.interrupted},
+        {"compared", d.compared},
+        {"contract_checked", d.contract_checked},
+        {"failures", d.failures},
+        {"skipped", d.skipped}}}};
   // dump() writes a non-finite number (an infinite error/bound ratio after a
   // NaN) as null: JSON has no NaN or Inf.
   return doc.dump(2) + "\n";
@@ -327,6 +346,25 @@ std::string CampaignJunit(const CampaignResult& r, const JsonContext& ctx) {
     }
     x += "  </testsuite>\n";
   }
+  if (const DecodeVerdict& d = ctx.decode; d.ran) {
+    const size_t n = d.failures.size();
+    x += "  <testsuite" + Attr("name", "decode") +
+         Attr("tests", std::to_string(n > 0 ? n : 1)) +
+         Attr("failures", std::to_string(n)) + ">\n";
+    for (const std::string& f : d.failures) {
+      x += "    <testcase" + Attr("classname", "attnkit.decode") +
+           Attr("name", f.substr(0, f.find(':'))) + "><failure" +
+           Attr("message", f) + "/></testcase>\n";
+    }
+    if (n == 0) {
+      x += "    <testcase" + Attr("classname", "attnkit.decode") +
+           Attr("name", std::to_string(d.compared) + " configuration(s), " +
+                            std::to_string(d.contract_checked) +
+                            " cache-contract configuration(s)") +
+           "/>\n";
+    }
+    x += "  </testsuite>\n";
+  }
   if (r.interrupted || r.fatal) {
     x += "  <testsuite" + Attr("name", "attnkit") + Attr("tests", "1") +
          Attr("errors", "1") + ">\n    <testcase" +
@@ -339,6 +377,47 @@ std::string CampaignJunit(const CampaignResult& r, const JsonContext& ctx) {
          "/></testcase>\n  </testsuite>\n";
   }
   return x + "</testsuites>\n";
+}
+
+int CheckVerdict(const CampaignResult& r, const JsonContext& ctx,
+                 std::vector<std::string>* why) {
+  std::vector<std::string> fail, unchecked;
+  const DecodeVerdict& d = ctx.decode;
+  if (r.failures > 0) {
+    fail.push_back(std::to_string(r.failures) + " failing case(s)");
+  }
+  if (r.fatal) fail.push_back("harness error: " + r.fatal_message);
+  if (r.interrupted) {
+    fail.push_back("the campaign was interrupted after " +
+                   std::to_string(r.cases) +
+                   " case(s): no verdict on the rest");
+  }
+  if (!d.failures.empty()) {
+    fail.push_back("the decode report found " +
+                   std::to_string(d.failures.size()) + " failure(s)");
+  }
+  if (d.interrupted) fail.push_back("the decode report was interrupted");
+  if (r.cases == 0) unchecked.push_back("the campaign ran 0 cases");
+  for (const BackendSummary& b : r.backends) {
+    const bool named =
+        std::find(ctx.named_backends.begin(), ctx.named_backends.end(),
+                  b.name) != ctx.named_backends.end();
+    if (r.cases > 0 && named && b.cases == 0) {
+      unchecked.push_back("backend " + b.name + " skipped all " +
+                          std::to_string(b.skipped) + " case(s)");
+    }
+  }
+  if (d.ran && d.failures.empty() && d.compared == 0) {
+    unchecked.push_back("the decode report compared nothing");
+  }
+  if (why != nullptr) {
+    why->insert(why->end(), fail.begin(), fail.end());
+    for (const std::string& u : unchecked) {
+      why->push_back("NOTHING CHECKED: " + u);
+    }
+  }
+  if (!fail.empty()) return kExitFinding;
+  return unchecked.empty() ? kExitPass : kExitNothingChecked;
 }
 
 }  // namespace attnkit::harness

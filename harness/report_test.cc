@@ -28,7 +28,7 @@ TEST(ReportTest, JsonIsValidAndHasTheSchemaFields) {
   ASSERT_GT(r.failures, 0);
   const std::string plugins[] = {"/tmp/it's.so"};
   const std::string text =
-      CampaignJson(r, {"smoke", 1, "0/1", std::span(plugins), ""});
+      CampaignJson(r, {"smoke", 1, "0/1", std::span(plugins), "", {}, {}});
   // parse() is strict RFC 8259 (no NaN, no trailing commas): the report must
   // load in any consumer.
   auto json = nlohmann::json::parse(text, nullptr, false);
@@ -74,7 +74,7 @@ TEST(ReportTest, JsonWritesNonFiniteNumbersAsNull) {
   r.failures = 1;
   r.fatal = true;
   r.fatal_message = "case \"x\" did not validate";
-  const std::string text = CampaignJson(r, {"smoke", 1, "0/1", {}, ""});
+  const std::string text = CampaignJson(r, {"smoke", 1, "0/1", {}, "", {}, {}});
   auto json = nlohmann::json::parse(text, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << text;
   EXPECT_TRUE(json["backends"][0]["worst_ratio"].is_null()) << text;
