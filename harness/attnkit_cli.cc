@@ -25,6 +25,7 @@
 #include "backends/registry.h"
 #include "decode/report.h"
 #include "harness/campaign.h"
+#include "harness/merge.h"
 #include "harness/report.h"
 #include "runtime/backend.h"
 #include "runtime/flags.h"
@@ -489,7 +490,10 @@ int Check(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "help") == 0 ||
       std::strcmp(argv[1], "--help") == 0) {
-    std::printf("usage: attnkit_cli check [flags]   (check --help)\n");
+    std::printf(
+        "usage: attnkit_cli check [flags]   (check --help)\n"
+        "       attnkit_cli report merge SHARD.json... [--json F] [--junit "
+        "F]\n");
     return argc < 2 ? 2 : 0;
   }
   if (std::strcmp(argv[1], "check") == 0) {
@@ -504,6 +508,9 @@ int main(int argc, char** argv) {
                    attnkit::Activity().c_str());
       return attnkit::kExitFinding;
     }
+  }
+  if (std::strcmp(argv[1], "report") == 0) {
+    return attnkit::harness::ReportMain(argc - 2, argv + 2);
   }
   std::fprintf(stderr, "attnkit_cli: unknown command '%s'\n", argv[1]);
   return 2;
