@@ -1,5 +1,5 @@
 // FuzzedDataProvider -> a differential-test case (problem, value profile,
-// padding, decode steps) -> every registered backend against the f64 oracle
+// padding, decode steps, q/out layouts, shared bias) -> every registered backend against the f64 oracle
 // with the harness's tolerance model (harness/runner.h). A mismatch, a
 // NaN/Inf the oracle does not have, a stray write, a KV-cache difference or an
 // error on a supported problem aborts with the harness's one-line reproducer.
@@ -62,6 +62,14 @@ Case MakeCase(FuzzedDataProvider& in) {
     p.q_lens.push_back(
         in.ConsumeIntegralInRange<int64_t>(0, std::min<int64_t>(kv, 24)));
   }
+  // Drawn last, so the corpus's older inputs (no bytes left by here: false
+  // and 0) keep meaning the cases they did: where q and out lie, and a bias
+  // shared by every head.
+  for (attnkit::RowLayout* l : {&c.io.q, &c.io.out}) {
+    l->token_major = in.ConsumeBool();
+    l->pad = in.ConsumeIntegralInRange<int64_t>(0, 9);
+  }
+  c.io.shared_bias = p.mask == attnkit::MaskKind::kBias && in.ConsumeBool();
   return c;
 }
 
