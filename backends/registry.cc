@@ -144,6 +144,16 @@ StatusOr<std::vector<BackendSource>> ResolveBackends(
   if (!select) return all;
   std::vector<BackendSource> chosen;
   for (const std::string& name : *select) {
+    if (name == kEveryPlugin) {  // every --plugin's backend, in order
+      if (plugin_paths.empty()) {
+        return Status::InvalidArgument(
+            "'plugins' selects the --plugin backends, and none was given");
+      }
+      for (size_t i = std::size(kBackends); i < all.size(); ++i) {
+        chosen.push_back(all[i]);
+      }
+      continue;
+    }
     auto it = std::find_if(all.begin(), all.end(), [&](const BackendSource& b) {
       return b.name == name;
     });

@@ -80,13 +80,17 @@ void AddIsolationFlags(FlagParser& p, ResolveOptions* o);
 // reproducer ("" when none).
 std::string IsolationFlagsGiven(const FlagParser& p, const ResolveOptions& o);
 
+// In a selection: every plug-in's backend (`--backends plugins`: a
+// project checking its own kernels, not attnkit's).
+inline constexpr std::string_view kEveryPlugin = "plugins";
+
 // The backends a tool runs: every registered one, then one per plug-in path
 // (plugin/loader.h; loaded once here -- in a worker when isolated -- so a
 // bad library is reported before anything runs), narrowed to `select` by
-// name and in its order when given. Isolated sources make RemoteBackends.
-// Errors name the bad path or name: a plug-in that does not load, a plug-in
-// whose name is taken, a selected name that none has (listing what there
-// is), a name selected twice.
+// name (or kEveryPlugin) and in its order when given. Isolated sources make
+// RemoteBackends. Errors name the bad path or name: a plug-in that does not
+// load, a plug-in whose name is taken, a selected name that none has (listing
+// what there is), a name selected twice.
 StatusOr<std::vector<BackendSource>> ResolveBackends(
     std::span<const std::string> plugin_paths,
     const std::optional<std::vector<std::string>>& select = std::nullopt,

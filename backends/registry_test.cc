@@ -63,6 +63,21 @@ TEST(ResolveBackendsTest, SelectionKeepsItsOrder) {
   EXPECT_EQ((*set)[1].name, "reference");
 }
 
+// `--backends plugins`: a project checking its own kernels only.
+TEST(ResolveBackendsTest, PluginsSelectsEveryPluginOnly) {
+  const std::vector<std::string> plugins{ATTNKIT_EXAMPLE_PLUGIN};
+  auto set = ResolveBackends(
+      plugins, std::vector<std::string>{std::string(kEveryPlugin)});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  ASSERT_EQ(set->size(), 1u);
+  EXPECT_EQ((*set)[0].name, "example");
+  auto none =
+      ResolveBackends({}, std::vector<std::string>{std::string(kEveryPlugin)});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("none was given"), std::string::npos)
+      << none.status().message();
+}
+
 TEST(ResolveBackendsTest, ErrorsNameThePathOrTheName) {
   auto none = ResolveBackends({}, std::vector<std::string>{"nosuch"});
   EXPECT_EQ(none.status().code(), StatusCode::kNotFound);

@@ -34,6 +34,22 @@ using Clock = std::chrono::steady_clock;
 #error "ATTNKIT_PLUGIN_WORKER_BIN must name the attnkit_plugin_worker binary"
 #endif
 
+// The worker binary: beside the running tool when it is there (an
+// installed prefix's bin/, where the build tree may be gone), else where
+// the build put it.
+std::string WorkerBinary(bool plugin) {
+  const char* name = plugin ? "attnkit_plugin_worker" : "attnkit_worker";
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir.resize(dir.rfind('/') + 1);
+    const std::string sibling = dir + name;
+    if (access(sibling.c_str(), X_OK) == 0) return sibling;
+  }
+  return plugin ? ATTNKIT_PLUGIN_WORKER_BIN : ATTNKIT_WORKER_BIN;
+}
+
 // The worker's descriptor for its end of the socket.
 constexpr int kWorkerSocketFd = 3;
 // How long a worker that closed its socket gets to finish dying before it
@@ -113,7 +129,8 @@ Status RemoteBackend::Spawn() {
   posix_spawn_file_actions_adddup2(&fa, child_out, 2);
   posix_spawn_file_actions_adddup2(&fa, child_sock, kWorkerSocketFd);
   const bool plugin = !spec_.plugin_path.empty();
-  const char* bin = plugin ? ATTNKIT_PLUGIN_WORKER_BIN : ATTNKIT_WORKER_BIN;
+  const std::string bin_path = WorkerBinary(plugin);
+  const char* bin = bin_path.c_str();
   std::string fd_arg = std::to_string(kWorkerSocketFd);
   std::vector<char*> argv{const_cast<char*>(bin),
                           const_cast<char*>("--socket"),

@@ -126,7 +126,7 @@ FlagParser CheckFlags(Flags& f) {
                "run cases until this many seconds have passed instead")
       .Custom("--backends", "a,b",
               "comma-separated backends to check (default: all, plus\n"
-              "plug-ins)",
+              "plug-ins; 'plugins' stands for every --plugin's)",
               [&f](std::string_view v) -> std::string {
                 std::vector<std::string> names = Split(v, ',');
                 for (const std::string& n : names) {
