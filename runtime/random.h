@@ -46,7 +46,7 @@ enum class ValueProfile : uint8_t {
   kHugeLogits,    // |logit| ~ 1e3: exp(x) overflows f32 unless max is
                   // subtracted first (exp overflows past x = 88.7)
   kConstantRows,  // every key equal: softmax is uniform, ties everywhere
-  kTiny,          // values ~ 1e-39: f32 denormals in q, k and v
+  kTiny,          // f32 denormals (~1e-39): every key, half the values
   kDominantKey,   // one key per sequence aligned with every query: one
                   // probability ~1, the rest underflow to 0
 };
