@@ -40,23 +40,6 @@ namespace {
 using harness::CampaignOptions;
 using harness::Tier;
 
-int64_t DefaultCases(Tier t) {
-  // Measured with reference + simd + compiled (2-core AMD EPYC Zen 5 family 26,
-  // GCC 12.2 with MLIR/LLVM 22, 2026-11-21): default, 1500 cases = 48 s of CPU
-  // (the compiled backend's JIT is ~35 s of it: 47 specialization blocks of 32
-  // cases at ~0.75 s each); smoke, 300 cases = 16 s; long, 100 cases ~ 25 s of
-  // oracle work.
-  switch (t) {
-    case Tier::kSmoke:
-      return 300;
-    case Tier::kDefault:
-      return 1500;
-    case Tier::kLong:
-      return 100;
-  }
-  return 100;
-}
-
 struct Flags {
   CampaignOptions campaign;
   std::optional<std::vector<std::string>> backends;
@@ -239,7 +222,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f, FlagParser& p) {
     return Bad(p, "--time-budget", std::to_string(f.campaign.time_budget_s),
                "cannot be combined with --cases");
   }
-  if (!cases_given) f.campaign.cases = DefaultCases(f.campaign.tier);
+  if (!cases_given) f.campaign.cases = harness::DefaultCases(f.campaign.tier);
   f.repro_flags = backends::IsolationFlagsGiven(p, f.resolve);
   if (!p.Seen("--max-memory")) f.max_memory = DefaultMaxMemory();
   // Test runners that shard by environment (Bazel, gtest-parallel) set

@@ -102,6 +102,10 @@ struct CampaignResult {
   std::string fatal_message;
 };
 
+// The number of cases a tier's campaign runs unless told otherwise (the
+// check CLI and the Python front end alike).
+int64_t DefaultCases(Tier t);
+
 // Case indices of a shard of the first `cases` indices.
 std::vector<uint64_t> ShardIndices(int64_t cases, int64_t shard_index,
                                    int64_t shard_count);

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "decode/report.h"
+#include "harness/campaign.h"
 #include "harness/runner.h"
 #include "reference/reference.h"
 #include "runtime/enum_table_testing.h"
@@ -13,16 +14,11 @@
 namespace attnkit::harness {
 namespace {
 
-// The smoke tier's default campaign (seed 1, as ctest runs it), and the
-// default tier's (the CI gate's, `attnkit check`'s default count).
-constexpr int64_t kSmokeCases = 300;
-constexpr int64_t kDefaultCases = 1500;
-
 // Each planted bug is caught by the campaign of its tier (CatchingTier) in
-// no more cases than that campaign runs; the line printed is the gate's
-// reach: cases and seconds (this canary and the oracle) to the first catch.
-// One test per bug: each has the whole test timeout (a sanitizer build runs
-// the 65536-key cases 20-50x slower).
+// no more cases than that campaign runs (DefaultCases, seed 1); the line
+// printed is the gate's reach: cases and seconds (this canary and the oracle)
+// to the first catch. One test per bug: each has the whole test timeout (a
+// sanitizer build runs the 65536-key cases 20-50x slower).
 class CanaryCatchTest : public ::testing::TestWithParam<Bug> {};
 
 TEST_P(CanaryCatchTest, IsCaughtByItsTier) {
@@ -30,7 +26,7 @@ TEST_P(CanaryCatchTest, IsCaughtByItsTier) {
   auto canary = MakeCanary(bug);
   Backend* one[] = {canary.get()};
   const Tier tier = CatchingTier(bug);
-  const int64_t cases = tier == Tier::kSmoke ? kSmokeCases : kDefaultCases;
+  const int64_t cases = DefaultCases(tier);
   int64_t caught_at = -1;
   std::string how;
   const auto t0 = std::chrono::steady_clock::now();
@@ -68,7 +64,7 @@ TEST(CanaryTest, CorrectImplementationsPass) {
   Backend* both[] = {flash.get(), ref.get()};
   double worst = 0;
   for (uint64_t seed : {1, 2, 3}) {
-    for (uint64_t i = 0; i < kSmokeCases; ++i) {
+    for (int64_t i = 0; i < DefaultCases(Tier::kSmoke); ++i) {
       const Case c = GenerateCase(Tier::kSmoke, seed, i);
       auto r = RunCase(c, both);
       ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -144,6 +144,12 @@ std::string ReproducerCommand(const Case& c, std::string_view backend,
 std::string FormatFailure(const FailureReport& f,
                           std::span<const std::string> plugins,
                           std::string_view extra_flags) {
+  return FormatFailureWith(
+      f, ReproducerCommand(f.shrunk, f.backend, plugins, extra_flags));
+}
+
+std::string FormatFailureWith(const FailureReport& f,
+                              std::string_view reproduce) {
   std::string s = Header(f.backend, f.result) + Details(f.result);
   const Case& c = f.shrunk;
   s += "  Seed " + std::to_string(c.seed) + ", case " +
@@ -164,8 +170,7 @@ std::string FormatFailure(const FailureReport& f,
          " -- the kernel's state from the calls before it matters, and the "
          "reproducer below may pass\n";
   }
-  s += "  Reproduce: " + ReproducerCommand(c, f.backend, plugins, extra_flags) +
-       "\n";
+  s += "  Reproduce: " + std::string(reproduce) + "\n";
   return s;
 }
 

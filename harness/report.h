@@ -38,6 +38,12 @@ std::string FormatFailure(const FailureReport& f,
                           std::span<const std::string> plugins = {},
                           std::string_view extra_flags = {});
 
+// The same with the reproduce line given: for a front end whose backends
+// the CLI cannot build (the Python check replays with
+// `attnkit.check(fn, repro=...)`).
+std::string FormatFailureWith(const FailureReport& f,
+                              std::string_view reproduce);
+
 // One check's result in the same words (the --repro path).
 std::string FormatResult(const Case& c, const CheckResult& r);
 

@@ -6,7 +6,7 @@
 #   2 backends                         (the registry: links every backend)
 #   3 decode
 #   4 harness bench                    (siblings)
-#   5 fuzz
+#   5 fuzz python                      (siblings)
 # One exception, for tests only: a backend's *_test.cc may include
 # harness/test_support.h, the shared comparison against the f64 oracle
 # through the harness's tolerance model. Run by ctest (layers).
@@ -15,7 +15,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 declare -A floor=(
   [runtime]=0 [reference]=1 [simd]=1 [compiled]=1 [plugin]=1
-  [backends]=2 [decode]=3 [harness]=4 [bench]=4 [fuzz]=5
+  [backends]=2 [decode]=3 [harness]=4 [bench]=4 [fuzz]=5 [python]=5
 )
 bad=0
 while IFS= read -r file; do

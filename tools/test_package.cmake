@@ -1,7 +1,9 @@
 # ctest package_external_project: install the build at BUILD_DIR into a
 # scratch prefix, then configure, build and test examples/external against
 # it, as a kernel project would (find_package(attnkit) +
-# attnkit_add_check). Any step failing fails the test with its output.
+# attnkit_add_check), and, when PYTHON is given, import the installed
+# Python package from PYTHON_DIR under the prefix and run a small check.
+# Any step failing fails the test with its output.
 set(work ${BUILD_DIR}/package_test)
 file(REMOVE_RECURSE ${work})
 function(step)
@@ -21,4 +23,10 @@ step(${CMAKE_COMMAND} --build ${work}/build)
 step(${CMAKE_COMMAND} -E chdir ${work}/build ctest --output-on-failure)
 if(NOT EXISTS ${work}/build/my_kernel_check.xml)
   message(FATAL_ERROR "package test: the check wrote no JUnit report")
+endif()
+if(PYTHON)
+  step(${CMAKE_COMMAND} -E env PYTHONPATH=${work}/prefix/${PYTHON_DIR}
+    PYTHONDONTWRITEBYTECODE=1 ${PYTHON} -c
+    # (lines, not semicolons: a semicolon would split the CMake argument)
+    "import attnkit, numpy as np\nassert attnkit.__file__.startswith('${work}/prefix'), attnkit.__file__\nq = np.ones((1, 2, 3, 8), np.float32)\nassert attnkit.reference.attention(q, q, q).shape == q.shape\nprint('installed', attnkit.__version__, attnkit.__file__)")
 endif()
