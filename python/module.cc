@@ -710,21 +710,18 @@ where the strides allow, else copied exactly; float64 is refused (never
 narrowed silently). q_lens/kv_lens default to the arrays' sequence extents;
 bias (float32 [batch, q_heads or 1, q_len, kv_len]) implies mask='bias'.
 Rows past q_lens[b] of the result are zeros.)";
-  auto reference = m.def_submodule("reference", "The naive Eigen reference.");
-  reference.def("attention", &ReferenceAttention, kArrayDoc, py::arg("q"),
-                py::arg("k"), py::arg("v"), py::kw_only(),
-                py::arg("q_lens") = py::none(), py::arg("kv_lens") = py::none(),
-                py::arg("mask") = "none", py::arg("window") = 0,
-                py::arg("bias") = py::none(), py::arg("scale") = py::none(),
-                py::arg("dtype") = "f32");
-  auto oracle = m.def_submodule(
-      "oracle", "The f64 oracle every backend is measured against.");
-  oracle.def("attention", &OracleAttention, kArrayDoc, py::arg("q"),
-             py::arg("k"), py::arg("v"), py::kw_only(),
-             py::arg("q_lens") = py::none(), py::arg("kv_lens") = py::none(),
-             py::arg("mask") = "none", py::arg("window") = 0,
-             py::arg("bias") = py::none(), py::arg("scale") = py::none(),
-             py::arg("dtype") = "f32");
+  // reference.attention and oracle.attention: one signature.
+  auto def_attention = [&](const char* name, const char* doc, auto fn) {
+    m.def_submodule(name, doc).def(
+        "attention", fn, kArrayDoc, py::arg("q"), py::arg("k"), py::arg("v"),
+        py::kw_only(), py::arg("q_lens") = py::none(),
+        py::arg("kv_lens") = py::none(), py::arg("mask") = "none",
+        py::arg("window") = 0, py::arg("bias") = py::none(),
+        py::arg("scale") = py::none(), py::arg("dtype") = "f32");
+  };
+  def_attention("reference", "The naive Eigen reference.", &ReferenceAttention);
+  def_attention("oracle", "The f64 oracle every backend is measured against.",
+                &OracleAttention);
 
   py::class_<Failure>(m, "Failure", "One failing case, shrunk.")
       .def_readonly("backend", &Failure::backend)

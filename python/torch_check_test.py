@@ -13,7 +13,14 @@ torch = pytest.importorskip(
     "torch", reason="torch is not installed (Debian: apt-get install python3-torch)")
 
 
-def torch_attention(p, q, k, v, bias):
+def visible_mask(p, b):
+    """The mask's structure as an additive tensor: -inf hides a key."""
+    nq, nk = p.q_lens[b], p.kv_lens[b]
+    visible = torch.from_numpy(p.visible(b))
+    return torch.zeros(nq, nk).masked_fill(~visible, float("-inf"))
+
+
+def torch_attention(p, q, k, v, bias, mask_of=visible_mask):
     """Eager PyTorch attention over a ragged batch: each sequence's valid
     rows, GQA by repeating kv heads, the mask as an additive -inf tensor."""
     out = torch.zeros(p.batch, p.q_heads, q.shape[2], p.head_dim)
@@ -24,8 +31,7 @@ def torch_attention(p, q, k, v, bias):
         qb = torch.from_numpy(q[b, :, :nq])
         kb = torch.from_numpy(k[b, :, :nk]).repeat_interleave(p.group_size, 0)
         vb = torch.from_numpy(v[b, :, :nk]).repeat_interleave(p.group_size, 0)
-        visible = torch.from_numpy(p.visible(b))
-        mask = torch.zeros(nq, nk).masked_fill(~visible, float("-inf"))
+        mask = mask_of(p, b)
         if bias is not None:
             mask = mask + torch.from_numpy(bias[b, :, :nq, :nk])
         logits = qb @ kb.transpose(-1, -2) * p.scale + mask
@@ -48,21 +54,14 @@ def test_a_torch_bug_is_caught():
     """The same code with a classic slip: the causal mask aligned to the
     start of the context instead of its end (fine only when q == kv)."""
 
-    def start_aligned(p, q, k, v, bias):
+    def start_aligned_mask(p, b):
         if p.mask != "causal":
-            return torch_attention(p, q, k, v, bias)
-        out = torch.zeros(p.batch, p.q_heads, q.shape[2], p.head_dim)
-        for b in range(p.batch):
-            nq, nk = p.q_lens[b], p.kv_lens[b]
-            if nq == 0:
-                continue
-            qb = torch.from_numpy(q[b, :, :nq])
-            kb = torch.from_numpy(k[b, :, :nk]).repeat_interleave(p.group_size, 0)
-            vb = torch.from_numpy(v[b, :, :nk]).repeat_interleave(p.group_size, 0)
-            mask = torch.full((nq, nk), float("-inf")).triu(1)
-            probs = torch.softmax(qb @ kb.transpose(-1, -2) * p.scale + mask, -1)
-            out[b, :, :nq] = torch.nan_to_num(probs) @ vb
-        return out
+            return visible_mask(p, b)
+        nq, nk = p.q_lens[b], p.kv_lens[b]
+        return torch.full((nq, nk), float("-inf")).triu(1)
+
+    def start_aligned(p, q, k, v, bias):
+        return torch_attention(p, q, k, v, bias, mask_of=start_aligned_mask)
 
     r = attnkit.check(start_aligned, tier="smoke", cases=100)
     assert not r.passed
