@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "plugin/loader.h"
@@ -68,7 +69,13 @@ void AddIsolationFlags(FlagParser& p, ResolveOptions* o) {
       .Seconds("--case-timeout", &o->remote.call_timeout_s, 1e6,
                "deadline of each call to an isolated backend (default:\n"
                "10 s plus the call's FLOPs at 0.1 GFLOP/s); past it the\n"
-               "worker is killed and the call is a timeout");
+               "worker is killed and the call is a timeout")
+      .Bool("--no-kernel-cache", &o->no_kernel_cache,
+            "compile every kernel of the compiled backend in this run,\n"
+            "neither loading nor storing the on-disk kernel cache\n"
+            "(default: $ATTNKIT_KERNEL_CACHE, else\n"
+            "$XDG_CACHE_HOME/attnkit/kernels; ATTNKIT_KERNEL_CACHE=off\n"
+            "disables it too)");
 }
 
 std::string IsolationFlagsGiven(const FlagParser& p, const ResolveOptions& o) {
@@ -100,6 +107,11 @@ StatusOr<std::vector<BackendSource>> ResolveBackends(
     std::span<const std::string> plugin_paths,
     const std::optional<std::vector<std::string>>& select,
     const ResolveOptions& options) {
+  if (options.no_kernel_cache) {
+    // Before any backend exists: the compiled backend's kernel cache reads
+    // it when first used, and worker processes inherit it.
+    setenv("ATTNKIT_KERNEL_CACHE", "off", 1);
+  }
   const bool builtins_apart = options.isolation == Isolation::kProcess;
   const bool plugins_apart = options.isolation != Isolation::kNone;
   const RemoteOptions remote = options.remote;

@@ -71,10 +71,14 @@ static_assert(kIsolationNames.RoundTrips());
 struct ResolveOptions {
   Isolation isolation = Isolation::kPlugins;
   RemoteOptions remote;  // for the isolated ones
+  // The compiled backend compiles every kernel, neither loading nor storing
+  // the on-disk kernel cache (ResolveBackends sets ATTNKIT_KERNEL_CACHE=off,
+  // which the worker processes inherit).
+  bool no_kernel_cache = false;
 };
 
-// --isolate plugins|process|none and --case-timeout SECONDS, for the tools
-// that run backends (check, decode).
+// --isolate plugins|process|none, --case-timeout SECONDS and
+// --no-kernel-cache, for the tools that run backends (check, decode).
 void AddIsolationFlags(FlagParser& p, ResolveOptions* o);
 // Those of them given in the last parse, as flags to repeat in a
 // reproducer ("" when none).

@@ -26,7 +26,10 @@ KernelSpec specFor(const AttentionProblem &p) {
 KernelCache &globalKernelCache() {
   // Leaked on purpose: the JIT'd engines must not be torn down during static
   // destruction, after LLVM's own statics are gone (a crash at exit).
-  static KernelCache *cache = new KernelCache();
+  // JIT'd kernels go through the on-disk cache in force
+  // (DiskCache::defaultDir: $ATTNKIT_KERNEL_CACHE, "off" for none).
+  static KernelCache *cache =
+      new KernelCache(CompileOptions{.diskCacheDir = DiskCache::defaultDir()});
   return *cache;
 }
 
@@ -63,6 +66,18 @@ PartialLayout partialLayoutFor(int64_t g, int64_t d) {
 class CompiledBackend final : public Backend {
 public:
   std::string_view name() const override { return "compiled"; }
+
+  std::string Notes() const override {
+    const KernelCache &c = globalKernelCache();
+    const std::string &dir = c.options().diskCacheDir;
+    std::string s =
+        std::to_string(c.compilations()) + " kernel(s) JIT-compiled";
+    if (dir.empty())
+      return s + ", no on-disk kernel cache";
+    return s + " (" + std::to_string(c.diskStores()) + " stored), " +
+           std::to_string(c.diskLoads()) + " loaded from the kernel cache " +
+           dir;
+  }
 
   Status Supports(const AttentionProblem &p) const override {
     ATTNKIT_RETURN_IF_ERROR(p.Validate());

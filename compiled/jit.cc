@@ -9,13 +9,22 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 
+#include "compiled/passes_fingerprint.h"
+
+#include "llvm/Config/llvm-config.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/ExecutionEngine/Orc/Mangling.h"
+#include "llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h"
+#include "llvm/ExecutionEngine/SectionMemoryManager.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Target/TargetMachine.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <optional>
@@ -41,6 +50,29 @@ void initNativeTargetOnce() {
   (void)done;
 }
 
+/// The host's CPU and features (AVX-512 here); the default TM would not
+/// enable them. Detected once per process (host CPU name + feature string
+/// parsing).
+const std::optional<llvm::orc::JITTargetMachineBuilder> &hostMachine() {
+  static const std::optional<llvm::orc::JITTargetMachineBuilder> host =
+      []() -> std::optional<llvm::orc::JITTargetMachineBuilder> {
+    auto b = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!b) {
+      llvm::consumeError(b.takeError());
+      return std::nullopt;
+    }
+    b->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+    return std::move(*b);
+  }();
+  return host;
+}
+
+/// One line on stderr: the cache is an optimization, its trouble never
+/// fails a run, but it is not silent either.
+void warn(const std::string &what) {
+  std::fprintf(stderr, "attnkit: kernel cache: %s\n", what.c_str());
+}
+
 } // namespace
 
 // Targets of `finalize-memref-to-llvm{use-generic-functions=1}`: the AOT
@@ -57,9 +89,28 @@ void *_mlir_memref_to_llvm_aligned_alloc(size_t alignment, size_t size) {
 void _mlir_memref_to_llvm_free(void *p) { std::free(p); }
 }
 
+namespace {
+
+/// The symbols JIT'd kernels call that the process does not export.
+llvm::orc::SymbolMap runtimeSymbols(llvm::orc::MangleAndInterner interner) {
+  llvm::orc::SymbolMap map;
+  auto add = [&](const char *name, auto *fn) {
+    map[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(fn),
+                           llvm::JITSymbolFlags::Exported};
+  };
+  add("_mlir_memref_to_llvm_alloc", &_mlir_memref_to_llvm_alloc);
+  add("_mlir_memref_to_llvm_aligned_alloc",
+      &_mlir_memref_to_llvm_aligned_alloc);
+  add("_mlir_memref_to_llvm_free", &_mlir_memref_to_llvm_free);
+  return map;
+}
+
+} // namespace
+
 struct CompiledKernel::Impl {
   std::unique_ptr<llvm::TargetMachine> optTm; // used by the -O3 transformer
   std::unique_ptr<mlir::ExecutionEngine> engine;
+  std::unique_ptr<llvm::orc::LLJIT> loaded; // code from the on-disk cache
 };
 
 CompiledKernel::~CompiledKernel() = default;
@@ -69,20 +120,9 @@ CompiledKernel::~CompiledKernel() = default;
 std::unique_ptr<CompiledKernel::Impl>
 CompiledKernel::jitLowered(mlir::ModuleOp module, const std::string &symbol,
                            unsigned optLevel, void *&entry, std::string &error,
-                           double &codegenMillis) {
-  // The host's CPU and features (AVX-512 here); the default TM would not
-  // enable them.
-  // Detected once per process (host CPU name + feature string parsing).
-  static const std::optional<llvm::orc::JITTargetMachineBuilder> host =
-      []() -> std::optional<llvm::orc::JITTargetMachineBuilder> {
-    auto b = llvm::orc::JITTargetMachineBuilder::detectHost();
-    if (!b) {
-      llvm::consumeError(b.takeError());
-      return std::nullopt;
-    }
-    b->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-    return std::move(*b);
-  }();
+                           double &codegenMillis, const DiskCache *dump,
+                           std::string *object) {
+  const std::optional<llvm::orc::JITTargetMachineBuilder> &host = hostMachine();
   if (!host) {
     error = "cannot detect the host CPU";
     return nullptr;
@@ -109,6 +149,8 @@ CompiledKernel::jitLowered(mlir::ModuleOp module, const std::string &symbol,
   eo.transformer = transformer;
   eo.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Aggressive;
   eo.enableGDBNotificationListener = false;
+  // Keeps the object code, which dumpToObjectFile writes out for the cache.
+  eo.enableObjectDump = dump != nullptr && object != nullptr;
   // ATTNKIT_JIT_PERF=1 emits jitdump records (`perf record -k 1` + `perf
   // inject --jit`) so profiles name the JIT'd code.
   eo.enablePerfNotificationListener =
@@ -118,18 +160,7 @@ CompiledKernel::jitLowered(mlir::ModuleOp module, const std::string &symbol,
     error = "JIT: " + llvm::toString(engine.takeError());
     return nullptr;
   }
-  (*engine)->registerSymbols([](llvm::orc::MangleAndInterner interner) {
-    llvm::orc::SymbolMap map;
-    auto add = [&](const char *name, auto *fn) {
-      map[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(fn),
-                             llvm::JITSymbolFlags::Exported};
-    };
-    add("_mlir_memref_to_llvm_alloc", &_mlir_memref_to_llvm_alloc);
-    add("_mlir_memref_to_llvm_aligned_alloc",
-        &_mlir_memref_to_llvm_aligned_alloc);
-    add("_mlir_memref_to_llvm_free", &_mlir_memref_to_llvm_free);
-    return map;
-  });
+  (*engine)->registerSymbols(runtimeSymbols);
   auto start = std::chrono::steady_clock::now();
   (*engine)->initialize();
   auto sym = (*engine)->lookup(std::string("_mlir_ciface_") + symbol);
@@ -141,13 +172,84 @@ CompiledKernel::jitLowered(mlir::ModuleOp module, const std::string &symbol,
                       std::chrono::steady_clock::now() - start)
                       .count();
   entry = *sym;
+  if (eo.enableObjectDump) {
+    std::string why;
+    if (!dump->capture(
+            [&](const std::string &path) { (*engine)->dumpToObjectFile(path); },
+            *object, &why)) {
+      warn(why);
+      object->clear();
+    }
+  }
   impl->engine = std::move(*engine);
   return impl;
 }
 
+std::unique_ptr<CompiledKernel> CompiledKernel::load(const std::string &object,
+                                                     const char *symbol,
+                                                     std::string &error) {
+  initNativeTargetOnce();
+  const std::optional<llvm::orc::JITTargetMachineBuilder> &host = hostMachine();
+  if (!host) {
+    error = "cannot detect the host CPU";
+    return nullptr;
+  }
+  // RuntimeDyld with section memory, as mlir::ExecutionEngine links.
+  auto jit =
+      llvm::orc::LLJITBuilder()
+          .setJITTargetMachineBuilder(*host)
+          .setObjectLinkingLayerCreator([](llvm::orc::ExecutionSession &es) {
+            return std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+                es, [](const llvm::MemoryBuffer &) {
+                  return std::make_unique<llvm::SectionMemoryManager>();
+                });
+          })
+          .create();
+  if (!jit) {
+    error = "JIT: " + llvm::toString(jit.takeError());
+    return nullptr;
+  }
+  llvm::orc::JITDylib &main = (*jit)->getMainJITDylib();
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+      (*jit)->getDataLayout().getGlobalPrefix());
+  if (!process) {
+    error = "JIT: " + llvm::toString(process.takeError());
+    return nullptr;
+  }
+  main.addGenerator(std::move(*process));
+  llvm::orc::MangleAndInterner interner((*jit)->getExecutionSession(),
+                                        (*jit)->getDataLayout());
+  if (llvm::Error e =
+          main.define(llvm::orc::absoluteSymbols(runtimeSymbols(interner)))) {
+    error = "JIT: " + llvm::toString(std::move(e));
+    return nullptr;
+  }
+  if (llvm::Error e = (*jit)->addObjectFile(
+          llvm::MemoryBuffer::getMemBufferCopy(object, "attnkit-kernel"))) {
+    error = "JIT: " + llvm::toString(std::move(e));
+    return nullptr;
+  }
+  if (llvm::Error e = (*jit)->initialize(main)) {
+    error = "JIT: " + llvm::toString(std::move(e));
+    return nullptr;
+  }
+  auto sym = (*jit)->lookup(std::string("_mlir_ciface_") + symbol);
+  if (!sym) {
+    error = "lookup: " + llvm::toString(sym.takeError());
+    return nullptr;
+  }
+  std::unique_ptr<CompiledKernel> kernel(new CompiledKernel());
+  kernel->impl_ = std::make_unique<Impl>();
+  kernel->entry_ = sym->toPtr<void *>();
+  kernel->impl_->loaded = std::move(*jit);
+  kernel->fromDisk_ = true;
+  return kernel;
+}
+
 std::unique_ptr<CompiledKernel>
 CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
-                        std::string &error) {
+                        std::string &error, const DiskCache *dump,
+                        std::string *object) {
   auto start = std::chrono::steady_clock::now();
   auto since = [&] {
     return std::chrono::duration<double, std::milli>(
@@ -183,7 +285,7 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   void *entry = nullptr;
   std::unique_ptr<Impl> impl =
       jitLowered(*module, kKernelName, options.llvmOptLevel, entry, error,
-                 phases.codegenMillis);
+                 phases.codegenMillis, dump, object);
   if (!impl) {
     error = spec.key() + ": " + error;
     return nullptr;
@@ -201,8 +303,10 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   return kernel;
 }
 
-std::unique_ptr<CompiledKernel> CompiledKernel::compileAppend(
-    const AppendSpec &spec, const CompileOptions &options, std::string &error) {
+std::unique_ptr<CompiledKernel>
+CompiledKernel::compileAppend(const AppendSpec &spec,
+                              const CompileOptions &options, std::string &error,
+                              const DiskCache *dump, std::string *object) {
   auto start = std::chrono::steady_clock::now();
   const double cpuStart = threadCpuMillis();
   initNativeTargetOnce();
@@ -226,7 +330,7 @@ std::unique_ptr<CompiledKernel> CompiledKernel::compileAppend(
   std::unique_ptr<CompiledKernel> kernel(new CompiledKernel());
   kernel->impl_ =
       jitLowered(*module, kAppendName, options.llvmOptLevel, kernel->entry_,
-                 error, kernel->phases_.codegenMillis);
+                 error, kernel->phases_.codegenMillis, dump, object);
   if (!kernel->impl_) {
     error = spec.key() + ": " + error;
     return nullptr;
@@ -235,6 +339,56 @@ std::unique_ptr<CompiledKernel> CompiledKernel::compileAppend(
   kernel->compileMillis_ = std::chrono::duration<double, std::milli>(
                                std::chrono::steady_clock::now() - start)
                                .count();
+  return kernel;
+}
+
+std::string KernelCache::diskKey(const std::string &specKey) const {
+  const std::optional<llvm::orc::JITTargetMachineBuilder> &host = hostMachine();
+  std::string k = "spec " + specKey;
+  k += "\nkv_tile " + std::to_string(options_.kvTile);
+  k += "\nllvm_opt " + std::to_string(options_.llvmOptLevel);
+  k += "\nllvm " LLVM_VERSION_STRING;
+  k += "\ncpu " + (host ? host->getCPU() : std::string("?"));
+  k += "\nfeatures " + (host ? host->getFeatures().getString() : "?");
+  k += "\nsources " ATTNKIT_COMPILED_FINGERPRINT "\n";
+  return k;
+}
+
+std::unique_ptr<CompiledKernel>
+KernelCache::obtain(const std::string &specKey, const char *symbol,
+                    const std::function<std::unique_ptr<CompiledKernel>(
+                        const DiskCache *, std::string *)> &compile) {
+  if (options_.diskCacheDir.empty()) {
+    compilations_.fetch_add(1);
+    return compile(nullptr, nullptr);
+  }
+  initNativeTargetOnce();
+  const DiskCache disk(options_.diskCacheDir);
+  const std::string key = diskKey(specKey);
+  std::string why;
+  if (std::optional<std::string> object = disk.load(key, &why)) {
+    std::string linkError;
+    if (auto kernel = CompiledKernel::load(*object, symbol, linkError)) {
+      kernel->compileMillis_ = 0;
+      diskLoads_.fetch_add(1);
+      return kernel;
+    }
+    disk.remove(key);
+    warn(disk.pathOf(key) + " did not link (" + linkError +
+         "); removed, the kernel is rebuilt");
+  } else if (!why.empty()) {
+    warn(why);
+  }
+  compilations_.fetch_add(1);
+  std::string object;
+  std::unique_ptr<CompiledKernel> kernel = compile(&disk, &object);
+  if (kernel && !object.empty()) {
+    if (disk.store(key, object, &why)) {
+      diskStores_.fetch_add(1);
+    } else {
+      warn(why + " (the kernel is used, not kept)");
+    }
+  }
   return kernel;
 }
 
@@ -250,8 +404,11 @@ const CompiledKernel *KernelCache::getAppend(const AppendSpec &spec,
                                              std::string &error) {
   Entry *e = entry(spec.key());
   std::call_once(e->once, [&] {
-    compilations_.fetch_add(1);
-    e->kernel = CompiledKernel::compileAppend(spec, options_, e->error);
+    e->kernel = obtain(spec.key(), kAppendName,
+                       [&](const DiskCache *dump, std::string *object) {
+                         return CompiledKernel::compileAppend(
+                             spec, options_, e->error, dump, object);
+                       });
   });
   if (!e->kernel)
     error = e->error;
@@ -271,8 +428,13 @@ const CompiledKernel *KernelCache::get(const KernelSpec &spec,
           return;
         }
     }
-    compilations_.fetch_add(1);
-    entry->kernel = CompiledKernel::compile(spec, options_, entry->error);
+    entry->kernel = obtain(spec.key(), kKernelName,
+                           [&](const DiskCache *dump, std::string *object) {
+                             return CompiledKernel::compile(
+                                 spec, options_, entry->error, dump, object);
+                           });
+    if (entry->kernel)
+      entry->kernel->spec_ = spec;
   });
   if (!entry->kernel)
     error = entry->error;

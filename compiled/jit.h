@@ -3,10 +3,12 @@
 #ifndef ATTNKIT_COMPILED_JIT_H_
 #define ATTNKIT_COMPILED_JIT_H_
 
+#include "compiled/disk_cache.h"
 #include "compiled/kernel_spec.h"
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +48,10 @@ struct CompileOptions {
   /// Serve the kernels compiled ahead of time (aot.h) instead of JIT-ing
   /// their specializations.
   bool useAot = true;
+  /// The on-disk kernel cache's directory (disk_cache.h): JIT'd object code
+  /// is stored there and later processes load it instead of compiling.
+  /// Empty: none.
+  std::string diskCacheDir;
 };
 
 class CompiledKernel;
@@ -72,29 +78,38 @@ public:
   const CompilePhases &phases() const { return phases_; }
   /// Compiled ahead of time (linked in), not by the JIT.
   bool aot() const { return impl_ == nullptr; }
+  /// Loaded from the on-disk kernel cache, not compiled by this process.
+  bool fromDisk() const { return fromDisk_; }
   const KernelSpec &spec() const { return spec_; }
 
   /// Builds, lowers and JIT-compiles `spec`. On failure returns null and sets
-  /// `error`.
-  static std::unique_ptr<CompiledKernel> compile(const KernelSpec &spec,
-                                                 const CompileOptions &options,
-                                                 std::string &error);
+  /// `error`. With `object`, the object code is also put there (through
+  /// `dump`'s directory), for the on-disk cache.
+  static std::unique_ptr<CompiledKernel>
+  compile(const KernelSpec &spec, const CompileOptions &options,
+          std::string &error, const DiskCache *dump = nullptr,
+          std::string *object = nullptr);
   static std::unique_ptr<CompiledKernel>
   compileAppend(const AppendSpec &spec, const CompileOptions &options,
-                std::string &error);
+                std::string &error, const DiskCache *dump = nullptr,
+                std::string *object = nullptr);
+  /// Links object code from the on-disk cache into a fresh JIT and looks up
+  /// `_mlir_ciface_<symbol>`. Null with `error` when it does not link.
+  static std::unique_ptr<CompiledKernel>
+  load(const std::string &object, const char *symbol, std::string &error);
 
   struct Impl;
 
 private:
   friend class KernelCache; // wraps AOT entry points
   CompiledKernel() = default;
-  static std::unique_ptr<Impl> jitLowered(mlir::ModuleOp module,
-                                          const std::string &symbol,
-                                          unsigned optLevel, void *&entry,
-                                          std::string &error,
-                                          double &codegenMillis);
+  static std::unique_ptr<Impl>
+  jitLowered(mlir::ModuleOp module, const std::string &symbol,
+             unsigned optLevel, void *&entry, std::string &error,
+             double &codegenMillis, const DiskCache *dump, std::string *object);
   std::unique_ptr<Impl> impl_;
   void *entry_ = nullptr;
+  bool fromDisk_ = false;
   double compileMillis_ = 0;
   CompilePhases phases_;
   KernelSpec spec_;
@@ -111,10 +126,27 @@ public:
   const CompiledKernel *get(const KernelSpec &spec, std::string &error);
   /// The KV-append kernel of `spec` (same cache, same once-per-key rule).
   const CompiledKernel *getAppend(const AppendSpec &spec, std::string &error);
-  /// JIT compilations (AOT kernels served do not count).
+  /// JIT compilations (AOT kernels and kernels loaded from disk do not
+  /// count).
   int64_t compilations() const { return compilations_.load(); }
+  /// Kernels loaded from the on-disk cache, and stored into it.
+  int64_t diskLoads() const { return diskLoads_.load(); }
+  int64_t diskStores() const { return diskStores_.load(); }
+  const CompileOptions &options() const { return options_; }
+
+  /// The on-disk cache's key text of a kernel: its spec key and everything
+  /// else that determines its code (options, LLVM version, host CPU and
+  /// features, the compiled tier's sources).
+  std::string diskKey(const std::string &specKey) const;
 
 private:
+  /// A JIT kernel through the on-disk cache when there is one: loaded when
+  /// a verified entry links, else compiled by `compile` and stored.
+  std::unique_ptr<CompiledKernel>
+  obtain(const std::string &specKey, const char *symbol,
+         const std::function<std::unique_ptr<CompiledKernel>(
+             const DiskCache *, std::string *)> &compile);
+
   struct Entry {
     std::once_flag once;
     std::unique_ptr<CompiledKernel> kernel;
@@ -125,6 +157,8 @@ private:
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;
   std::atomic<int64_t> compilations_{0};
+  std::atomic<int64_t> diskLoads_{0};
+  std::atomic<int64_t> diskStores_{0};
 };
 
 } // namespace attnkit::compiled

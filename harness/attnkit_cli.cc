@@ -368,6 +368,11 @@ int Check(int argc, char** argv) {
       });
   if (res.fatal) std::printf("HARNESS ERROR: %s\n", res.fatal_message.c_str());
   std::printf("%s", harness::FormatSummary(res).c_str());
+  for (Backend* b : backends) {
+    if (std::string n = b->Notes(); !n.empty()) {
+      std::printf("note [%s]: %s\n", std::string(b->name()).c_str(), n.c_str());
+    }
+  }
   std::fflush(stdout);  // before any backend's exit-time teardown
   harness::JsonContext ctx;
   ctx.tier = std::string(harness::TierName(o.tier));

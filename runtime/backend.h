@@ -80,6 +80,11 @@ class Backend {
     return Status::Ok();
   }
 
+  // One line on what this backend did that its user should know, printed
+  // after a run (the compiled backend: kernels JIT-compiled, loaded from the
+  // on-disk kernel cache, served ahead of time); empty for nothing.
+  virtual std::string Notes() const { return {}; }
+
   // True when the calls run in another process (backends/remote.h): its
   // tensors are best allocated in shared memory (shared_memory::Scope).
   virtual bool InWorkerProcess() const { return false; }
