@@ -3,13 +3,18 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/SHA256.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utility>
+#include <vector>
 
 namespace attnkit::compiled {
 
@@ -129,6 +134,7 @@ std::optional<std::string> DiskCache::load(std::string_view key,
                std::to_string(*size) + " expected (truncated)");
   if (sha256Hex(s) != sum)
     return bad("object bytes do not match their SHA-256 (corrupt)");
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); // recently used
   return std::string(s);
 }
 
@@ -172,7 +178,40 @@ bool DiskCache::store(std::string_view key, std::string_view object,
     ::unlink(tmp.c_str());
     return false;
   }
+  prune();
   return true;
+}
+
+void DiskCache::prune() const {
+  DIR *d = ::opendir(dir_.c_str());
+  if (d == nullptr)
+    return;
+  std::vector<std::pair<timespec, std::string>> entries;
+  const time_t now = ::time(nullptr);
+  while (const dirent *e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    const std::string path = dir_ + "/" + std::string(name);
+    struct stat st;
+    if (name.starts_with(".") || ::stat(path.c_str(), &st) != 0)
+      continue;
+    if (name.ends_with(".kernel")) {
+      entries.emplace_back(st.st_mtim, path);
+    } else if (name.find(".kernel.") != std::string_view::npos ||
+               name.starts_with("capture.")) {
+      if (now - st.st_mtime > 3600) // a crashed writer's temporary
+        ::unlink(path.c_str());
+    }
+  }
+  ::closedir(d);
+  if (entries.size() <= maxEntries_)
+    return;
+  std::sort(entries.begin(), entries.end(), [](const auto &a, const auto &b) {
+    return std::pair(a.first.tv_sec, a.first.tv_nsec) <
+           std::pair(b.first.tv_sec, b.first.tv_nsec);
+  });
+  const size_t keep = maxEntries_ - maxEntries_ / 4;
+  for (size_t i = 0; i + keep < entries.size(); ++i)
+    ::unlink(entries[i].second.c_str());
 }
 
 bool DiskCache::capture(

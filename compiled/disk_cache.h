@@ -28,8 +28,12 @@ public:
   /// else $HOME/.cache/attnkit/kernels ("" without a home).
   static std::string defaultDir();
 
+  /// ~14-50 KB an entry: a few thousand are tens of MB.
+  static constexpr size_t kDefaultMaxEntries = 4096;
+
   /// A cache in `dir` (created, mode 0700, on the first store).
-  explicit DiskCache(std::string dir) : dir_(std::move(dir)) {}
+  explicit DiskCache(std::string dir, size_t maxEntries = kDefaultMaxEntries)
+      : dir_(std::move(dir)), maxEntries_(maxEntries) {}
   const std::string &dir() const { return dir_; }
 
   /// The file of `key`.
@@ -42,7 +46,9 @@ public:
 
   /// Stores `object` for `key`: temporary file, fsync, rename. False with
   /// `why` on failure (a cache that cannot be written never fails a
-  /// compile).
+  /// compile). Then prunes: past `maxEntries` entries, the least recently
+  /// used (a load touches its entry) go until a quarter of the room is
+  /// free; temporaries a crashed writer left are removed after an hour.
   bool store(std::string_view key, std::string_view object,
              std::string *why) const;
 
@@ -59,7 +65,10 @@ public:
   static std::string sha256Hex(std::string_view bytes);
 
 private:
+  void prune() const;
+
   std::string dir_;
+  size_t maxEntries_;
 };
 
 } // namespace attnkit::compiled

@@ -368,11 +368,6 @@ int Check(int argc, char** argv) {
       });
   if (res.fatal) std::printf("HARNESS ERROR: %s\n", res.fatal_message.c_str());
   std::printf("%s", harness::FormatSummary(res).c_str());
-  for (Backend* b : backends) {
-    if (std::string n = b->Notes(); !n.empty()) {
-      std::printf("note [%s]: %s\n", std::string(b->name()).c_str(), n.c_str());
-    }
-  }
   std::fflush(stdout);  // before any backend's exit-time teardown
   harness::JsonContext ctx;
   ctx.tier = std::string(harness::TierName(o.tier));
@@ -460,6 +455,12 @@ int Check(int argc, char** argv) {
                : kExitFinding;
   }
   std::printf("%s", decode::FormatDecodeTable(*report, d).c_str());
+  // What the backends did for the whole run (campaign and decode report).
+  for (Backend* b : backends) {
+    if (std::string n = b->Notes(); !n.empty()) {
+      std::printf("note [%s]: %s\n", std::string(b->name()).c_str(), n.c_str());
+    }
+  }
   ctx.decode.interrupted = report->interrupted;
   ctx.decode.compared = report->compared;
   ctx.decode.contract_checked = report->contract_checked;

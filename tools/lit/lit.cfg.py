@@ -38,6 +38,10 @@ lit_config.load_config(config, config.attnkit_tools_file)
 for name, path in sorted(config.attnkit_tools.items(), reverse=True):
     config.substitutions.append(
         (r"(?<![^\s|;&(])" + re.escape(name) + r"(?![^\s|;&)])", path))
+# The compiled backend's on-disk kernel cache: ctest's (in the build tree),
+# off when lit runs by hand; a test that is about the cache sets its own.
+config.environment["ATTNKIT_KERNEL_CACHE"] = os.environ.get(
+    "ATTNKIT_KERNEL_CACHE", "off")
 # The check's sharding falls back to these; a test sets them explicitly.
 for var in ("GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS"):
     config.environment.pop(var, None)
