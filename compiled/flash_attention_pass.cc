@@ -74,6 +74,10 @@
 using namespace mlir;
 
 namespace attnkit::compiled {
+
+#define GEN_PASS_DEF_FLASHATTENTION
+#include "compiled/Passes.h.inc"
+
 namespace {
 
 using utils::IteratorType;
@@ -613,32 +617,16 @@ void FlashRewriter::rewrite() {
       b_.eraseOp(op);
 }
 
-class FlashAttentionPass
-    : public PassWrapper<FlashAttentionPass, OperationPass<func::FuncOp>> {
+class FlashAttentionPass : public impl::FlashAttentionBase<FlashAttentionPass> {
 public:
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(FlashAttentionPass)
-
-  FlashAttentionPass() = default;
-  FlashAttentionPass(const FlashAttentionPass &other) : PassWrapper(other) {}
-  explicit FlashAttentionPass(const FlashAttentionOptions &o) {
-    queryTile = o.queryTile;
-    kvTile = o.kvTile;
-  }
-
-  StringRef getArgument() const override { return "attnkit-flash-attention"; }
-  StringRef getDescription() const override {
-    return "Rewrite naive Linalg attention into the FlashAttention form "
-           "(KV-tile loop with online softmax)";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, bufferization::BufferizationDialect,
-                    linalg::LinalgDialect, math::MathDialect, scf::SCFDialect,
-                    tensor::TensorDialect>();
-  }
+  using FlashAttentionBase::FlashAttentionBase;
 
   void runOnOperation() override {
+    if (getOperation().isExternal())
+      return;
     if (queryTile <= 0 || kvTile <= 0) {
-      getOperation().emitError("tile sizes must be positive");
+      getOperation().emitError("tile sizes must be positive (query-tile=")
+          << queryTile.getValue() << ", kv-tile=" << kvTile.getValue() << ")";
       return signalPassFailure();
     }
     SmallVector<AttentionChain> chains;
@@ -651,26 +639,13 @@ public:
       FlashRewriter(c, opts).rewrite();
     // The naive chain's inits (S×S tensor.empty, fills) are now dead; one
     // reverse sweep erases users before their operands.
-    if (getOperation().isExternal())
-      return;
     for (Operation &op : llvm::make_early_inc_range(
              llvm::reverse(getOperation().getBody().front())))
       if (isOpTriviallyDead(&op))
         op.erase();
   }
-
-  Option<int64_t> queryTile{*this, "query-tile",
-                            llvm::cl::desc("query rows per tile"),
-                            llvm::cl::init(16)};
-  Option<int64_t> kvTile{*this, "kv-tile", llvm::cl::desc("keys per tile"),
-                         llvm::cl::init(64)};
 };
 
 } // namespace
-
-std::unique_ptr<Pass>
-createFlashAttentionPass(const FlashAttentionOptions &options) {
-  return std::make_unique<FlashAttentionPass>(options);
-}
 
 } // namespace attnkit::compiled

@@ -31,6 +31,10 @@
 using namespace mlir;
 
 namespace attnkit::compiled {
+
+#define GEN_PASS_DEF_APPROXIMATEMATH
+#include "compiled/Passes.h.inc"
+
 namespace {
 
 /// A scalar or splat-vector f32 constant of type `t`.
@@ -75,18 +79,8 @@ struct Log2ToLog : OpRewritePattern<math::Log2Op> {
 };
 
 class ApproximateMathPass
-    : public PassWrapper<ApproximateMathPass, OperationPass<>> {
+    : public impl::ApproximateMathBase<ApproximateMathPass> {
 public:
-  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ApproximateMathPass)
-
-  StringRef getArgument() const override { return "attnkit-approximate-math"; }
-  StringRef getDescription() const override {
-    return "Replace exp/exp2/log/log2 by polynomial approximations";
-  }
-  void getDependentDialects(DialectRegistry &registry) const override {
-    registry.insert<arith::ArithDialect, math::MathDialect,
-                    vector::VectorDialect>();
-  }
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     auto wanted = [](StringRef name) {
@@ -102,9 +96,5 @@ public:
 };
 
 } // namespace
-
-std::unique_ptr<Pass> createApproximateMathPass() {
-  return std::make_unique<ApproximateMathPass>();
-}
 
 } // namespace attnkit::compiled

@@ -1,23 +1,19 @@
-// The compiled tier's own passes. Each pass lives in its own file and is
-// documented there with a before/after example.
+// The compiled tier's own passes, declared in Passes.td (summary, before and
+// after, options and their defaults). Each pass lives in its own file.
 #ifndef ATTNKIT_COMPILED_PASSES_H_
 #define ATTNKIT_COMPILED_PASSES_H_
+
+#include "mlir/Pass/Pass.h"
 
 #include <cstdint>
 #include <memory>
 
-namespace mlir {
-class Pass;
-} // namespace mlir
-
 namespace attnkit::compiled {
 
-struct FlashAttentionOptions {
-  /// Query rows per tile (per query head of the GQA group).
-  int64_t queryTile = 16;
-  /// Keys per tile of the online-softmax loop.
-  int64_t kvTile = 64;
-};
+// FlashAttentionOptions {queryTile, kvTile}, createFlashAttention(),
+// createVectorizeFlash(), createApproximateMath() (Passes.td).
+#define GEN_PASS_DECL
+#include "compiled/Passes.h.inc"
 
 /// Markers the flash rewrite leaves on the loops and tile ops it creates, so
 /// the vectorizer (vectorize_flash_pass.cc) can find the structure again.
@@ -27,19 +23,11 @@ inline constexpr const char *kFlashQkAttr = "attnkit.flash.qk";
 inline constexpr const char *kFlashModifierAttr = "attnkit.flash.modifier";
 inline constexpr const char *kFlashPvAttr = "attnkit.flash.pv";
 
-/// `attnkit-flash-attention` (flash_attention_pass.cc).
-std::unique_ptr<mlir::Pass>
-createFlashAttentionPass(const FlashAttentionOptions &options = {});
-
-/// `attnkit-vectorize-flash` (vectorize_flash_pass.cc).
-std::unique_ptr<mlir::Pass> createVectorizeFlashPass();
-
-/// `attnkit-approximate-math` (math_approximation_pass.cc).
-std::unique_ptr<mlir::Pass> createApproximateMathPass();
-
-/// Registers every attnkit pass and pipeline with the global registry (for
-/// attnkit-opt and `--attnkit-...` command lines).
-void registerCompiledPasses();
+/// registerAttnkitPasses(): every attnkit pass in the global registry, for
+/// the tools' command lines (attnkit-opt). Called by tool mains only: the
+/// lowering (pipeline.h) builds its pass managers from the create functions.
+#define GEN_PASS_REGISTRATION
+#include "compiled/Passes.h.inc"
 
 } // namespace attnkit::compiled
 

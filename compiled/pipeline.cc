@@ -20,11 +20,6 @@ namespace {
 
 // No canonicalize before bufferization: it would fold the extract_slice of
 // the statically shaped tensor.empty tiles back into dynamic ones, and
-// dynamic allocations cannot leave the loops.
-constexpr const char *kVectorizePipeline = "func.func(attnkit-vectorize-flash)";
-
-// No canonicalize before bufferization: it would fold the extract_slice of
-// the statically shaped tensor.empty tiles back into dynamic ones, and
 // dynamic allocations cannot leave the loops. (Only loops the vectorizer
 // left alone still hold tensors.)
 constexpr const char *kBufferizePipeline =
@@ -34,15 +29,9 @@ constexpr const char *kBufferizePipeline =
     "promote-buffers-to-stack{max-alloc-size-in-bytes=1048576 "
     "max-rank-of-allocated-memref=4}),"
     "buffer-deallocation-pipeline,"
-    "func.func(convert-linalg-to-loops),"
-    "attnkit-approximate-math,"
+    "func.func(convert-linalg-to-loops)";
+constexpr const char *kAfterApproximation =
     "canonicalize,cse,loop-invariant-code-motion";
-
-// After a complete vectorization only dead tensor views of the arguments are
-// left: canonicalize folds their dims to memref.dim and erases them; the
-// bufferization passes (a fifth of the MLIR time) have nothing to do.
-constexpr const char *kVectorCleanupPipeline =
-    "canonicalize,attnkit-approximate-math,canonicalize,cse";
 
 constexpr const char *kLLVMPipeline =
     "func.func(convert-vector-to-scf{full-unroll=1}),"
@@ -54,8 +43,27 @@ constexpr const char *kLLVMPipeline =
     "convert-func-to-llvm,convert-cf-to-llvm,reconcile-unrealized-casts,"
     "canonicalize,cse";
 
-LogicalResult runPipeline(ModuleOp module, StringRef pipeline,
+/// Upstream passes are named in text (registerUpstreamPasses makes the text
+/// parse); ours are added by their create functions, so lowering registers
+/// nothing of ours (registerAttnkitPasses is for the tools' command lines).
+void registerUpstreamPasses() {
+  static const bool once = [] {
+    registerAllPasses();
+    return true;
+  }();
+  (void)once;
+}
+
+/// One step of a pipeline: upstream passes as text, or one of ours.
+struct Step {
+  const char *text = nullptr;
+  std::unique_ptr<Pass> (*create)() = nullptr;
+  bool onFunctions = false; // nested on func.func
+};
+
+LogicalResult runPipeline(ModuleOp module, std::initializer_list<Step> steps,
                           const PipelineOptions &options) {
+  registerUpstreamPasses();
   PassManager pm(module->getName());
   if (options.printIrAfterAll) {
     module.getContext()->disableMultithreading();
@@ -64,20 +72,32 @@ LogicalResult runPipeline(ModuleOp module, StringRef pipeline,
                         /*printModuleScope=*/true,
                         /*printAfterOnlyOnChange=*/false);
   }
-  std::string error;
-  llvm::raw_string_ostream os(error);
-  if (failed(parsePassPipeline(pipeline, pm, os))) {
-    module.emitError("bad pipeline: ") << error;
-    return failure();
+  for (const Step &step : steps) {
+    if (step.create) {
+      if (step.onFunctions)
+        pm.addNestedPass<func::FuncOp>(step.create());
+      else
+        pm.addPass(step.create());
+      continue;
+    }
+    std::string error;
+    llvm::raw_string_ostream os(error);
+    if (failed(parsePassPipeline(step.text, pm, os))) {
+      module.emitError("bad pipeline: ") << error;
+      return failure();
+    }
   }
   return pm.run(module);
+}
+
+std::unique_ptr<Pass> flashPass(const PipelineOptions &options) {
+  return createFlashAttention(options.flash);
 }
 
 } // namespace
 
 LogicalResult lowerToStage(ModuleOp module, Stage stage,
                            const PipelineOptions &options) {
-  registerCompiledPasses();
   if (stage == Stage::kNaive)
     return success();
   {
@@ -89,14 +109,16 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
                           /*printModuleScope=*/true,
                           /*printAfterOnlyOnChange=*/false);
     }
-    pm.addNestedPass<func::FuncOp>(createFlashAttentionPass(options.flash));
+    pm.addNestedPass<func::FuncOp>(flashPass(options));
     pm.addPass(createCSEPass());
     if (failed(pm.run(module)))
       return failure();
   }
   if (stage == Stage::kFused)
     return success();
-  if (failed(runPipeline(module, kVectorizePipeline, options)))
+  if (failed(runPipeline(
+          module, {{.create = createVectorizeFlash, .onFunctions = true}},
+          options)))
     return failure();
   bool tensorsLeft = false;
   module.walk([&](Operation *op) {
@@ -109,9 +131,21 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
           !isa<bufferization::ToTensorOp, tensor::DimOp>(op))
         tensorsLeft = true;
   });
-  if (failed(runPipeline(
-          module, tensorsLeft ? kBufferizePipeline : kVectorCleanupPipeline,
-          options)))
+  // After a complete vectorization only dead tensor views of the arguments
+  // are left: canonicalize folds their dims to memref.dim and erases them;
+  // the bufferization passes (a fifth of the MLIR time) have nothing to do.
+  const LogicalResult lowered =
+      tensorsLeft ? runPipeline(module,
+                                {{.text = kBufferizePipeline},
+                                 {.create = createApproximateMath},
+                                 {.text = kAfterApproximation}},
+                                options)
+                  : runPipeline(module,
+                                {{.text = "canonicalize"},
+                                 {.create = createApproximateMath},
+                                 {.text = "canonicalize,cse"}},
+                                options);
+  if (failed(lowered))
     return failure();
   if (stage == Stage::kVectorized)
     return success();
@@ -119,33 +153,31 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
     fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
                 UnitAttr::get(fn.getContext()));
   });
-  return runPipeline(module, kLLVMPipeline, options);
+  return runPipeline(module, {{.text = kLLVMPipeline}}, options);
 }
 
 LogicalResult lowerAppendToLLVM(ModuleOp module) {
-  registerCompiledPasses();
   module.walk([](func::FuncOp fn) {
     fn->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
                 UnitAttr::get(fn.getContext()));
   });
   return runPipeline(
       module,
-      std::string("func.func(convert-linalg-to-loops),") + kLLVMPipeline, {});
+      {{.text = "func.func(convert-linalg-to-loops)"}, {.text = kLLVMPipeline}},
+      {});
 }
 
-void registerCompiledPasses() {
+void registerAttnkitPipelines() {
   static const bool once = [] {
-    // The textual pipelines below name upstream passes.
-    registerAllPasses();
-    registerPass([] { return createFlashAttentionPass(); });
-    registerPass([] { return createApproximateMathPass(); });
-    registerPass([] { return createVectorizeFlashPass(); });
     PassPipelineRegistration<>(
         "attnkit-lower-to-llvm",
-        "Bufferize the flash form, lower to loops and to the LLVM dialect",
+        "Vectorize and bufferize the flash form, lower to loops and to the "
+        "LLVM dialect",
         [](OpPassManager &pm) {
-          std::string pipeline = std::string(kVectorizePipeline) + "," +
-                                 kBufferizePipeline + "," + kLLVMPipeline;
+          std::string pipeline =
+              std::string("func.func(attnkit-vectorize-flash),") +
+              kBufferizePipeline + ",attnkit-approximate-math," +
+              kAfterApproximation + "," + kLLVMPipeline;
           (void)parsePassPipeline(pipeline, pm);
         });
     return true;

@@ -39,6 +39,11 @@ mlir::LogicalResult lowerToStage(mlir::ModuleOp module, Stage stage,
 /// Lowers a module from buildKvAppend to the LLVM dialect.
 mlir::LogicalResult lowerAppendToLLVM(mlir::ModuleOp module);
 
+/// Registers `attnkit-lower-to-llvm` (the stages after the flash rewrite as
+/// one pipeline) for the tools' command lines; it names our passes, so the
+/// tool registers them first (registerAttnkitPasses, passes.h).
+void registerAttnkitPipelines();
+
 } // namespace attnkit::compiled
 
 #endif // ATTNKIT_COMPILED_PIPELINE_H_
