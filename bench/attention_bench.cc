@@ -635,6 +635,75 @@ void RegisterAll() {
       }
     }
 
+    // bf16 prefill (Llama-2-7B's heads, GQA 4:1), quoted against the f32
+    // FMA peak like every prefill: QK^T on the bf16 dot instruction can
+    // exceed it.
+    for (int64_t s : Grid({512, 2048, 4096}, {2048})) {
+      for (int64_t causal : {0, 1}) {
+        AttentionProblem p = PrefillProblem(s, 128, causal != 0, 8);
+        p.dtype = DType::kBF16;
+        const std::string bm = "prefill_bf16/" + name + "/" + p.ToString();
+        if (info.traits.quadratic_prefill && s > kQuadraticPrefillMaxS) {
+          Skip(bm,
+               "the backend materializes S x S per head "
+               "(quadratic_prefill); capped at S <= " +
+                   std::to_string(kQuadraticPrefillMaxS));
+          continue;
+        }
+        if (Status sup = backend.Supports(p); !sup.ok()) {
+          Skip(bm, sup.ToString());
+          continue;
+        }
+        benchmark::RegisterBenchmark(
+            ("prefill_bf16/" + name).c_str(),
+            [ip, p](benchmark::State& st) {
+              RunAttention(
+                  st,
+                  "prefill_bf16/" + std::string(ip->name) + "/" + p.ToString(),
+                  SharedBackend(*ip), p, false);
+            })
+            ->ArgNames({"S", "causal"})
+            ->Args({s, causal})
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+
+    // Decode in every K/V layout and with MHA (Llama-2-7B: 32 kv heads) as
+    // well as GQA (Llama-3-8B-like: 8): named decode/ with hkv and layout
+    // (0 bhsd, 1 bshd, 2 tv), so the summary quotes them against the
+    // same run's read bandwidth like the rest. Hkv 8 in BHSD is the grid
+    // above.
+    for (int64_t kv : Grid({4096, 16384}, {16384})) {
+      for (int64_t bf : Grid({0, 1}, {0})) {
+        for (int64_t hkv : {8, 32}) {
+          for (int64_t layout : {0, 1, 2}) {
+            if (hkv == 8 && layout == 0) continue;
+            AttentionProblem p =
+                DecodeProblem(kv, bf ? DType::kBF16 : DType::kF32, 1);
+            p.kv_heads = hkv;
+            p.layout = static_cast<KvLayout>(layout);
+            if (Status sup = backend.Supports(p); !sup.ok()) {
+              Skip("decode/" + name + "/" + p.ToString(), sup.ToString());
+              continue;
+            }
+            benchmark::RegisterBenchmark(
+                ("decode/" + name).c_str(),
+                [ip, p](benchmark::State& st) {
+                  RunAttention(
+                      st,
+                      "decode/" + std::string(ip->name) + "/" + p.ToString(),
+                      SharedBackend(*ip), p, true);
+                })
+                ->ArgNames({"kv_len", "bf16", "batch", "hkv", "layout"})
+                ->Args({kv, bf, 1, hkv, layout})
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond);
+          }
+        }
+      }
+    }
+
     // Decode with one KV head and one sequence (multi-query, hq 8): fewer
     // (sequence, KV head) items than threads, so the fast backends split the
     // keys across threads and merge the partial softmaxes -- the only
