@@ -46,9 +46,11 @@ def FlashAttention : Pass<"attnkit-flash-attention", "mlir::func::FuncOp"> {
     "mlir::scf::SCFDialect", "mlir::tensor::TensorDialect"
   ];
   let options = [
-    Option<"queryTile", "query-tile", "int64_t", /*default=*/"16",
+    Option<"queryTile", "query-tile", "int64_t",
+           /*default=*/"::attnkit::compiled::kPrefillQueryTile",
            "Query rows per tile (per query head of the GQA group)">,
-    Option<"kvTile", "kv-tile", "int64_t", /*default=*/"64",
+    Option<"kvTile", "kv-tile", "int64_t",
+           /*default=*/"::attnkit::compiled::kKvTile",
            "Keys per tile of the online-softmax loop">,
   ];
 }

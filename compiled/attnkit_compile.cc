@@ -86,8 +86,10 @@ static cl::opt<int64_t>
     queryTile("query-tile",
               cl::desc("query rows per tile (default: what the backend uses "
                        "for --q-len: 1 below 4 rows, else 16)"),
-              cl::init(16));
-static cl::opt<int64_t> kvTile("kv-tile", cl::init(64));
+              cl::init(attnkit::compiled::kPrefillQueryTile));
+static cl::opt<int64_t> kvTile("kv-tile",
+                               cl::desc("keys per tile (default 64)"),
+                               cl::init(attnkit::compiled::kKvTile));
 static cl::opt<std::string> outputFile("o", cl::desc("output file"),
                                        cl::init("-"));
 static cl::opt<bool> printKey("print-key",

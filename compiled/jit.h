@@ -42,7 +42,7 @@ using AppendFn = void (*)(MemRefDesc<4> *cache, MemRefDesc<4> *tokens,
                           int64_t b, int64_t h, int64_t pos, int64_t n);
 
 struct CompileOptions {
-  int64_t kvTile = 64;
+  int64_t kvTile = kKvTile;
   /// LLVM IR optimization level of the JIT (0-3).
   unsigned llvmOptLevel = 3;
   /// Serve the kernels compiled ahead of time (aot.h) instead of JIT-ing

@@ -13,6 +13,13 @@
 
 namespace attnkit::compiled {
 
+/// The tile sizes, in one place: the prefill kernel's query rows per tile
+/// and query head (a multiple of the 16 f32 lanes), and the keys per tile of
+/// the online-softmax loop. Passes.td's option defaults, the JIT's options
+/// and the stage dumper's flags all read these.
+inline constexpr int64_t kPrefillQueryTile = 16;
+inline constexpr int64_t kKvTile = 64;
+
 /// Below this many query rows per sequence the decode kernel (query tile 1)
 /// wins: it reads K/V once per query row; the prefill kernel reads them once
 /// per 16 rows but pads every tile to 16 rows of work (16x the FLOPs of a
@@ -22,7 +29,7 @@ inline constexpr int64_t kDecodeMaxQueries = 4;
 /// The query tile the backend uses for a problem whose longest query block
 /// has `maxQueries` rows.
 inline int64_t queryTileFor(int64_t maxQueries) {
-  return maxQueries < kDecodeMaxQueries ? 1 : 16;
+  return maxQueries < kDecodeMaxQueries ? 1 : kPrefillQueryTile;
 }
 
 /// Everything the generated code is specialized on. Sequence lengths, strides,
@@ -36,10 +43,10 @@ struct KernelSpec {
   bool vTransposed = false;
   /// Query heads sharing one KV head (GQA); 1 = MHA.
   int64_t group = 1;
-  /// Query rows per tile and query head: 16 (a multiple of the 16 f32 lanes)
-  /// selects the prefill micro-kernel, 1 the decode kernel that streams
-  /// K/V rows (see vectorize_flash_pass.cc).
-  int64_t queryTile = 16;
+  /// Query rows per tile and query head: kPrefillQueryTile selects the
+  /// prefill micro-kernel, 1 the decode kernel that streams K/V rows (see
+  /// vectorize_flash_pass.cc).
+  int64_t queryTile = kPrefillQueryTile;
 
   std::string key() const {
     // Appends rather than operator+ chains: GCC 12 -Wrestrict false positive.
@@ -51,7 +58,7 @@ struct KernelSpec {
     k += MaskKindName(mask);
     k += vTransposed ? "_vt_g" : "_v_g";
     k += std::to_string(group);
-    if (queryTile != 16) {
+    if (queryTile != kPrefillQueryTile) {
       k += "_q";
       k += std::to_string(queryTile);
     }

@@ -3,6 +3,7 @@
 #ifndef ATTNKIT_COMPILED_PASSES_H_
 #define ATTNKIT_COMPILED_PASSES_H_
 
+#include "compiled/kernel_spec.h"
 #include "mlir/Pass/Pass.h"
 
 #include <cstdint>
