@@ -287,6 +287,44 @@ private:
                        Value bk);
   std::pair<Value, Value> keyRange(OpBuilder &b, Value i0, Value bq, Value n);
 
+  /// One query tile: rows [i0, i0 + rows) of the G heads, its Q slice and
+  /// the end of its key range.
+  struct QueryTile {
+    Value i0, rows, q, hi;
+    OpFoldResult heads, dim;
+  };
+  /// The online-softmax update of one KV tile: new running max, the max
+  /// safe to subtract (0 for rows that saw only -inf) and the rescale.
+  struct MaxUpdate {
+    Value max, safe, alpha;
+  };
+  static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  bool vTransposed();
+  void foldLog2eIntoScale();
+  scf::ForOp emitQueryLoop();
+  void emitQueryTile(OpBuilder &b, Value i0, Value m, Value n,
+                     ValueRange outerArgs);
+  void emitKvTile(OpBuilder &b, const QueryTile &t, Value j0,
+                  ValueRange running);
+  MaxUpdate updateMax(OpBuilder &b, const QueryTile &t, Value s2, Value mOld);
+  Value probabilities(OpBuilder &b, const QueryTile &t, Value bk, Value s2,
+                      Value mSafe);
+  void writeRows(OpBuilder &b, const QueryTile &t, Value mFin, Value lFin,
+                 Value accFin, ValueRange outerArgs);
+  void replaceChain(scf::ForOp outer);
+
+  /// [G, rows] and [G, rows, keys] tiles of the query tile.
+  Value rowTile(OpBuilder &b, const QueryTile &t) {
+    return tile(b, {g_, opts_.queryTile}, {t.heads, t.rows});
+  }
+  Value scoreTile(OpBuilder &b, const QueryTile &t, Value bk) {
+    return tile(b, {g_, opts_.queryTile, opts_.kvTile}, {t.heads, t.rows, bk});
+  }
+  SmallVector<AffineMap> rowMaps(unsigned nIn, unsigned nOut) {
+    return SmallVector<AffineMap>(nIn + nOut, map(2, {0, 1}));
+  }
+
   AttentionChain c_;
   const FlashAttentionOptions &opts_;
   IRRewriter b_;
@@ -382,22 +420,17 @@ std::pair<Value, Value> FlashRewriter::keyRange(OpBuilder &b, Value i0,
 }
 
 void FlashRewriter::rewrite() {
-  MLIRContext *ctx = b_.getContext();
-  Type f32 = b_.getF32Type();
-  Value q = c_.qk.getDpsInputs()[0], k = c_.qk.getDpsInputs()[1];
-  Value v = c_.pv.getDpsInputs()[1];
+  Value q = c_.qk.getDpsInputs()[0];
   auto qTy = cast<RankedTensorType>(q.getType());
   g_ = qTy.getDimSize(0);
   d_ = qTy.getDimSize(2);
-  // V is transposed when its first index is the output's head_dim index.
-  AffineMap vMap = c_.pv.getIndexingMapsArray()[1];
-  AffineMap oMap = c_.pv.getIndexingMapsArray()[2];
-  bool vTransposed = vMap.getResult(0) == oMap.getResult(2);
-  const int64_t bqMax = opts_.queryTile, bkMax = opts_.kvTile;
-  const float negInf = -std::numeric_limits<float>::infinity();
+  foldLog2eIntoScale();
+  scf::ForOp outer = emitQueryLoop();
+  replaceChain(outer);
+}
 
-  // Fold log2(e) into the scale: the modifier multiplies S by a value from
-  // above; do it once here.
+void FlashRewriter::foldLog2eIntoScale() {
+  // The modifier multiplies S by a value from above; do it once here.
   for (Operation &op : *c_.modifier.getBody()) {
     auto mul = dyn_cast<arith::MulFOp>(op);
     if (mul && mul.getLhs() == c_.modifier.getBody()->getArgument(0) &&
@@ -409,203 +442,219 @@ void FlashRewriter::rewrite() {
       break;
     }
   }
+}
 
+scf::ForOp FlashRewriter::emitQueryLoop() {
+  Value q = c_.qk.getDpsInputs()[0], k = c_.qk.getDpsInputs()[1];
+  Value v = c_.pv.getDpsInputs()[1];
+  Type f32 = b_.getF32Type();
   Value m = tensor::DimOp::create(b_, loc_, q, 1);
-  Value n = vTransposed ? tensor::DimOp::create(b_, loc_, v, 1).getResult()
-                        : tensor::DimOp::create(b_, loc_, k, 0).getResult();
+  Value n = vTransposed() ? tensor::DimOp::create(b_, loc_, v, 1).getResult()
+                          : tensor::DimOp::create(b_, loc_, k, 0).getResult();
   Value outInit = tensor::EmptyOp::create(
       b_, loc_,
       ArrayRef<OpFoldResult>{b_.getIndexAttr(g_), m, b_.getIndexAttr(d_)}, f32);
   Value lseInit = tensor::EmptyOp::create(
       b_, loc_, ArrayRef<OpFoldResult>{b_.getIndexAttr(g_), m}, f32);
-  auto rowMaps = [&](unsigned nIn, unsigned nOut) {
-    return SmallVector<AffineMap>(nIn + nOut, map(2, {0, 1}));
-  };
-
   auto outer = scf::ForOp::create(
-      b_, loc_, cstI(b_, 0), m, cstI(b_, bqMax), ValueRange{outInit, lseInit},
+      b_, loc_, cstI(b_, 0), m, cstI(b_, opts_.queryTile),
+      ValueRange{outInit, lseInit},
       [&](OpBuilder &b, Location loc, Value i0, ValueRange outerArgs) {
-        Value bq = arith::MinSIOp::create(b, loc, cstI(b, bqMax),
-                                          arith::SubIOp::create(b, loc, m, i0));
-        OpFoldResult gs = b.getIndexAttr(g_), ds = b.getIndexAttr(d_);
-        Value qTile = tensor::ExtractSliceOp::create(
-            b, loc, q,
-            ArrayRef<OpFoldResult>{b.getIndexAttr(0), i0, b.getIndexAttr(0)},
-            ArrayRef<OpFoldResult>{gs, bq, ds},
-            ArrayRef<OpFoldResult>(
-                SmallVector<OpFoldResult>(3, b.getIndexAttr(1))));
-        auto [lo, hi] = keyRange(b, i0, bq, n);
-        Value mInit = fill(b, tile(b, {g_, bqMax}, {gs, bq}), negInf);
-        Value lInit = fill(b, tile(b, {g_, bqMax}, {gs, bq}), 0.0f);
-        Value accInit = fill(b, tile(b, {g_, bqMax, d_}, {gs, bq, ds}), 0.0f);
-
-        auto inner = scf::ForOp::create(
-            b, loc, lo, hi, cstI(b, bkMax), ValueRange{mInit, lInit, accInit},
-            [&](OpBuilder &b, Location loc, Value j0, ValueRange it) {
-              Value mOld = it[0], lOld = it[1], accOld = it[2];
-              Value bk =
-                  arith::MinSIOp::create(b, loc, cstI(b, bkMax),
-                                         arith::SubIOp::create(b, loc, hi, j0));
-              SmallVector<OpFoldResult> ones2(2, b.getIndexAttr(1));
-              Value kTile = tensor::ExtractSliceOp::create(
-                  b, loc, k, ArrayRef<OpFoldResult>{j0, b.getIndexAttr(0)},
-                  ArrayRef<OpFoldResult>{bk, ds}, ones2);
-              Value vTile =
-                  vTransposed
-                      ? tensor::ExtractSliceOp::create(
-                            b, loc, v,
-                            ArrayRef<OpFoldResult>{b.getIndexAttr(0), j0},
-                            ArrayRef<OpFoldResult>{ds, bk}, ones2)
-                            .getResult()
-                      : tensor::ExtractSliceOp::create(
-                            b, loc, v,
-                            ArrayRef<OpFoldResult>{j0, b.getIndexAttr(0)},
-                            ArrayRef<OpFoldResult>{bk, ds}, ones2)
-                            .getResult();
-
-              // The one QKᵀ of this tile.
-              Value sInit =
-                  fill(b, tile(b, {g_, bqMax, bkMax}, {gs, bq, bk}), 0.0f);
-              Operation *qkOp =
-                  mlir::clone(b, c_.qk, TypeRange{sInit.getType()},
-                              ValueRange{qTile, kTile, sInit});
-              qkOp->setAttr(kFlashQkAttr, b.getUnitAttr());
-              Value s = qkOp->getResult(0);
-              Value s2 = modifiedScores(b, s, i0, j0, bq, bk);
-
-              // Row max of the tile, then the new running max, the safe max
-              // (0 while the row has seen only -inf) and the rescale factor.
-              Value mTile =
-                  mlir::clone(
-                      b, c_.max, TypeRange{mOld.getType()},
-                      ValueRange{
-                          s2, fill(b, tile(b, {g_, bqMax}, {gs, bq}), negInf)})
-                      ->getResult(0);
-              Value safeInit = tile(b, {g_, bqMax}, {gs, bq});
-              Value alphaInit = tile(b, {g_, bqMax}, {gs, bq});
-              auto upd = linalg::GenericOp::create(
-                  b, loc,
-                  TypeRange{mOld.getType(), safeInit.getType(),
-                            alphaInit.getType()},
-                  ValueRange{mTile}, ValueRange{mOld, safeInit, alphaInit},
-                  rowMaps(1, 3), ArrayRef<IteratorType>{kPar, kPar},
-                  [&](OpBuilder &b, Location loc, ValueRange a) {
-                    Value mn = arith::MaximumFOp::create(b, loc, a[1], a[0]);
-                    Value isNinf = arith::CmpFOp::create(
-                        b, loc, arith::CmpFPredicate::OEQ, mn, cstF(b, negInf));
-                    Value ms = arith::SelectOp::create(b, loc, isNinf,
-                                                       cstF(b, 0.0f), mn);
-                    Value alpha = math::Exp2Op::create(
-                        b, loc, arith::SubFOp::create(b, loc, a[1], ms));
-                    linalg::YieldOp::create(b, loc, ValueRange{mn, ms, alpha});
-                  });
-              Value mNew = upd.getResult(0), mSafe = upd.getResult(1),
-                    alpha = upd.getResult(2);
-
-              // P = exp2(S' - m): scores already carry log2(e).
-              Value p = genericOne(
-                  b, ValueRange{s2, mSafe},
-                  ValueRange{tile(b, {g_, bqMax, bkMax}, {gs, bq, bk})},
-                  {map(3, {0, 1, 2}), map(3, {0, 1}), map(3, {0, 1, 2})},
-                  {kPar, kPar, kPar},
-                  [&](OpBuilder &b, Location loc, ValueRange a) {
-                    linalg::YieldOp::create(
-                        b, loc,
-                        math::Exp2Op::create(
-                            b, loc, arith::SubFOp::create(b, loc, a[0], a[1]))
-                            .getResult());
-                  });
-
-              // l = l * alpha + rowsum(P); acc = acc * alpha + P·V.
-              Value lScaled = genericOne(
-                  b, ValueRange{alpha}, ValueRange{lOld}, rowMaps(1, 1),
-                  {kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
-                    linalg::YieldOp::create(
-                        b, loc,
-                        arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
-                  });
-              Value lNew = mlir::clone(b, c_.sum, TypeRange{lOld.getType()},
-                                       ValueRange{p, lScaled})
-                               ->getResult(0);
-              Value accScaled = genericOne(
-                  b, ValueRange{alpha}, ValueRange{accOld},
-                  {map(3, {0, 1}), map(3, {0, 1, 2})}, {kPar, kPar, kPar},
-                  [&](OpBuilder &b, Location loc, ValueRange a) {
-                    linalg::YieldOp::create(
-                        b, loc,
-                        arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
-                  });
-              Operation *pvOp =
-                  mlir::clone(b, c_.pv, TypeRange{accOld.getType()},
-                              ValueRange{p, vTile, accScaled});
-              pvOp->setAttr(kFlashPvAttr, b.getUnitAttr());
-              Value accNew = pvOp->getResult(0);
-              scf::YieldOp::create(b, loc, ValueRange{mNew, lNew, accNew});
-            });
-        inner->setAttr(kFlashKvLoopAttr, b.getUnitAttr());
-        Value mFin = inner.getResult(0), lFin = inner.getResult(1),
-              accFin = inner.getResult(2);
-
-        // 1/l once per row (0 for a fully masked row), then one multiply per
-        // output element.
-        Value inv = genericOne(
-            b, ValueRange{lFin}, ValueRange{tile(b, {g_, bqMax}, {gs, bq})},
-            rowMaps(1, 1), {kPar, kPar},
-            [&](OpBuilder &b, Location loc, ValueRange a) {
-              Value zero = cstF(b, 0.0f);
-              Value isZero = arith::CmpFOp::create(
-                  b, loc, arith::CmpFPredicate::OEQ, a[0], zero);
-              Value r = arith::DivFOp::create(b, loc, cstF(b, 1.0f), a[0]);
-              linalg::YieldOp::create(
-                  b, loc,
-                  arith::SelectOp::create(b, loc, isZero, zero, r).getResult());
-            });
-        // Both results are written straight into slices of the outputs
-        // (no copy out of the tile buffers).
-        SmallVector<OpFoldResult> ones3(3, b.getIndexAttr(1)),
-            ones2(2, b.getIndexAttr(1));
-        SmallVector<OpFoldResult> oOff{b.getIndexAttr(0), i0,
-                                       b.getIndexAttr(0)};
-        SmallVector<OpFoldResult> oSize{gs, bq, ds};
-        SmallVector<OpFoldResult> lOff{b.getIndexAttr(0), i0};
-        SmallVector<OpFoldResult> lSize{gs, bq};
-        Value oDest = tensor::ExtractSliceOp::create(b, loc, outerArgs[0], oOff,
-                                                     oSize, ones3);
-        Value lDest = tensor::ExtractSliceOp::create(b, loc, outerArgs[1], lOff,
-                                                     lSize, ones2);
-        Value oTile = genericOne(
-            b, ValueRange{inv, accFin}, ValueRange{oDest},
-            {map(3, {0, 1}), map(3, {0, 1, 2}), map(3, {0, 1, 2})},
-            {kPar, kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
-              linalg::YieldOp::create(
-                  b, loc,
-                  arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
-            });
-        // LSE in natural log: (m + log2 l) * ln 2, -inf for an empty row.
-        Value lseTile = genericOne(
-            b, ValueRange{mFin, lFin}, ValueRange{lDest}, rowMaps(2, 1),
-            {kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
-              Value zero = cstF(b, 0.0f);
-              Value isZero = arith::CmpFOp::create(
-                  b, loc, arith::CmpFPredicate::OEQ, a[1], zero);
-              Value sum = arith::AddFOp::create(
-                  b, loc, a[0], math::Log2Op::create(b, loc, a[1]));
-              Value nat = arith::MulFOp::create(b, loc, sum,
-                                                cstF(b, 0.6931471805599453f));
-              linalg::YieldOp::create(
-                  b, loc,
-                  arith::SelectOp::create(b, loc, isZero, cstF(b, negInf), nat)
-                      .getResult());
-            });
-        Value outNew = tensor::InsertSliceOp::create(
-            b, loc, oTile, outerArgs[0], oOff, oSize, ones3);
-        Value lseNew = tensor::InsertSliceOp::create(
-            b, loc, lseTile, outerArgs[1], lOff, lSize, ones2);
-        scf::YieldOp::create(b, loc, ValueRange{outNew, lseNew});
+        emitQueryTile(b, i0, m, n, outerArgs);
       });
-  (void)ctx;
   outer->setAttr(kFlashQueryLoopAttr, b_.getUnitAttr());
+  return outer;
+}
 
+bool FlashRewriter::vTransposed() {
+  // V is transposed when its first index is the output's head_dim index.
+  return c_.pv.getIndexingMapsArray()[1].getResult(0) ==
+         c_.pv.getIndexingMapsArray()[2].getResult(2);
+}
+
+void FlashRewriter::emitQueryTile(OpBuilder &b, Value i0, Value m, Value n,
+                                  ValueRange outerArgs) {
+  Value q = c_.qk.getDpsInputs()[0];
+  QueryTile t;
+  t.i0 = i0;
+  t.rows = arith::MinSIOp::create(b, loc_, cstI(b, opts_.queryTile),
+                                  arith::SubIOp::create(b, loc_, m, i0));
+  t.heads = b.getIndexAttr(g_);
+  t.dim = b.getIndexAttr(d_);
+  t.q = tensor::ExtractSliceOp::create(
+      b, loc_, q,
+      ArrayRef<OpFoldResult>{b.getIndexAttr(0), i0, b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{t.heads, t.rows, t.dim},
+      ArrayRef<OpFoldResult>(SmallVector<OpFoldResult>(3, b.getIndexAttr(1))));
+  auto [lo, hi] = keyRange(b, i0, t.rows, n);
+  t.hi = hi;
+  Value mInit = fill(b, rowTile(b, t), kNegInf);
+  Value lInit = fill(b, rowTile(b, t), 0.0f);
+  Value accInit = fill(
+      b, tile(b, {g_, opts_.queryTile, d_}, {t.heads, t.rows, t.dim}), 0.0f);
+  auto inner = scf::ForOp::create(
+      b, loc_, lo, hi, cstI(b, opts_.kvTile), ValueRange{mInit, lInit, accInit},
+      [&](OpBuilder &b, Location loc, Value j0, ValueRange running) {
+        emitKvTile(b, t, j0, running);
+      });
+  inner->setAttr(kFlashKvLoopAttr, b.getUnitAttr());
+  writeRows(b, t, inner.getResult(0), inner.getResult(1), inner.getResult(2),
+            outerArgs);
+}
+
+void FlashRewriter::emitKvTile(OpBuilder &b, const QueryTile &t, Value j0,
+                               ValueRange running) {
+  Value k = c_.qk.getDpsInputs()[1], v = c_.pv.getDpsInputs()[1];
+  Value mOld = running[0], lOld = running[1], accOld = running[2];
+  Value bk = arith::MinSIOp::create(b, loc_, cstI(b, opts_.kvTile),
+                                    arith::SubIOp::create(b, loc_, t.hi, j0));
+  SmallVector<OpFoldResult> ones2(2, b.getIndexAttr(1));
+  Value kTile = tensor::ExtractSliceOp::create(
+      b, loc_, k, ArrayRef<OpFoldResult>{j0, b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{bk, t.dim}, ones2);
+  Value vTile =
+      vTransposed()
+          ? tensor::ExtractSliceOp::create(
+                b, loc_, v, ArrayRef<OpFoldResult>{b.getIndexAttr(0), j0},
+                ArrayRef<OpFoldResult>{t.dim, bk}, ones2)
+                .getResult()
+          : tensor::ExtractSliceOp::create(
+                b, loc_, v, ArrayRef<OpFoldResult>{j0, b.getIndexAttr(0)},
+                ArrayRef<OpFoldResult>{bk, t.dim}, ones2)
+                .getResult();
+
+  // The one QKᵀ of this tile, then the score modifier.
+  Value sInit = fill(b, scoreTile(b, t, bk), 0.0f);
+  Operation *qkOp = mlir::clone(b, c_.qk, TypeRange{sInit.getType()},
+                                ValueRange{t.q, kTile, sInit});
+  qkOp->setAttr(kFlashQkAttr, b.getUnitAttr());
+  Value s2 = modifiedScores(b, qkOp->getResult(0), t.i0, j0, t.rows, bk);
+
+  const MaxUpdate upd = updateMax(b, t, s2, mOld);
+  Value p = probabilities(b, t, bk, s2, upd.safe);
+  // l = l * alpha + rowsum(P); acc = acc * alpha + P·V.
+  Value lScaled = genericOne(
+      b, ValueRange{upd.alpha}, ValueRange{lOld}, rowMaps(1, 1), {kPar, kPar},
+      [&](OpBuilder &b, Location loc, ValueRange a) {
+        linalg::YieldOp::create(
+            b, loc, arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
+      });
+  Value lNew =
+      mlir::clone(b, c_.sum, TypeRange{lOld.getType()}, ValueRange{p, lScaled})
+          ->getResult(0);
+  Value accScaled = genericOne(
+      b, ValueRange{upd.alpha}, ValueRange{accOld},
+      {map(3, {0, 1}), map(3, {0, 1, 2})}, {kPar, kPar, kPar},
+      [&](OpBuilder &b, Location loc, ValueRange a) {
+        linalg::YieldOp::create(
+            b, loc, arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
+      });
+  Operation *pvOp = mlir::clone(b, c_.pv, TypeRange{accOld.getType()},
+                                ValueRange{p, vTile, accScaled});
+  pvOp->setAttr(kFlashPvAttr, b.getUnitAttr());
+  scf::YieldOp::create(b, loc_, ValueRange{upd.max, lNew, pvOp->getResult(0)});
+}
+
+FlashRewriter::MaxUpdate FlashRewriter::updateMax(OpBuilder &b,
+                                                  const QueryTile &t, Value s2,
+                                                  Value mOld) {
+  // Row max of the tile, then the new running max, the safe max (0 while
+  // the row has seen only -inf) and the rescale factor.
+  Value mTile = mlir::clone(b, c_.max, TypeRange{mOld.getType()},
+                            ValueRange{s2, fill(b, rowTile(b, t), kNegInf)})
+                    ->getResult(0);
+  Value safeInit = rowTile(b, t);
+  Value alphaInit = rowTile(b, t);
+  auto upd = linalg::GenericOp::create(
+      b, loc_,
+      TypeRange{mOld.getType(), safeInit.getType(), alphaInit.getType()},
+      ValueRange{mTile}, ValueRange{mOld, safeInit, alphaInit}, rowMaps(1, 3),
+      ArrayRef<IteratorType>{kPar, kPar},
+      [&](OpBuilder &b, Location loc, ValueRange a) {
+        Value mn = arith::MaximumFOp::create(b, loc, a[1], a[0]);
+        Value isNinf = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                             mn, cstF(b, kNegInf));
+        Value ms = arith::SelectOp::create(b, loc, isNinf, cstF(b, 0.0f), mn);
+        Value alpha = math::Exp2Op::create(
+            b, loc, arith::SubFOp::create(b, loc, a[1], ms));
+        linalg::YieldOp::create(b, loc, ValueRange{mn, ms, alpha});
+      });
+  return {upd.getResult(0), upd.getResult(1), upd.getResult(2)};
+}
+
+Value FlashRewriter::probabilities(OpBuilder &b, const QueryTile &t, Value bk,
+                                   Value s2, Value mSafe) {
+  // P = exp2(S' - m): scores already carry log2(e).
+  return genericOne(b, ValueRange{s2, mSafe}, ValueRange{scoreTile(b, t, bk)},
+                    {map(3, {0, 1, 2}), map(3, {0, 1}), map(3, {0, 1, 2})},
+                    {kPar, kPar, kPar},
+                    [&](OpBuilder &b, Location loc, ValueRange a) {
+                      linalg::YieldOp::create(
+                          b, loc,
+                          math::Exp2Op::create(
+                              b, loc, arith::SubFOp::create(b, loc, a[0], a[1]))
+                              .getResult());
+                    });
+}
+
+void FlashRewriter::writeRows(OpBuilder &b, const QueryTile &t, Value mFin,
+                              Value lFin, Value accFin, ValueRange outerArgs) {
+  // 1/l once per row (0 for a fully masked row), then one multiply per
+  // output element.
+  Value inv = genericOne(
+      b, ValueRange{lFin}, ValueRange{rowTile(b, t)}, rowMaps(1, 1),
+      {kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
+        Value zero = cstF(b, 0.0f);
+        Value isZero = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                             a[0], zero);
+        Value r = arith::DivFOp::create(b, loc, cstF(b, 1.0f), a[0]);
+        linalg::YieldOp::create(
+            b, loc,
+            arith::SelectOp::create(b, loc, isZero, zero, r).getResult());
+      });
+  // Both results are written straight into slices of the outputs (no copy
+  // out of the tile buffers).
+  SmallVector<OpFoldResult> ones3(3, b.getIndexAttr(1)),
+      ones2(2, b.getIndexAttr(1));
+  SmallVector<OpFoldResult> oOff{b.getIndexAttr(0), t.i0, b.getIndexAttr(0)};
+  SmallVector<OpFoldResult> oSize{t.heads, t.rows, t.dim};
+  SmallVector<OpFoldResult> lOff{b.getIndexAttr(0), t.i0};
+  SmallVector<OpFoldResult> lSize{t.heads, t.rows};
+  Value oDest =
+      tensor::ExtractSliceOp::create(b, loc_, outerArgs[0], oOff, oSize, ones3);
+  Value lDest =
+      tensor::ExtractSliceOp::create(b, loc_, outerArgs[1], lOff, lSize, ones2);
+  Value oTile = genericOne(
+      b, ValueRange{inv, accFin}, ValueRange{oDest},
+      {map(3, {0, 1}), map(3, {0, 1, 2}), map(3, {0, 1, 2})},
+      {kPar, kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
+        linalg::YieldOp::create(
+            b, loc, arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
+      });
+  // LSE in natural log: (m + log2 l) * ln 2, -inf for an empty row.
+  Value lseTile = genericOne(
+      b, ValueRange{mFin, lFin}, ValueRange{lDest}, rowMaps(2, 1), {kPar, kPar},
+      [&](OpBuilder &b, Location loc, ValueRange a) {
+        Value zero = cstF(b, 0.0f);
+        Value isZero = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
+                                             a[1], zero);
+        Value sum = arith::AddFOp::create(b, loc, a[0],
+                                          math::Log2Op::create(b, loc, a[1]));
+        Value nat =
+            arith::MulFOp::create(b, loc, sum, cstF(b, 0.6931471805599453f));
+        linalg::YieldOp::create(
+            b, loc,
+            arith::SelectOp::create(b, loc, isZero, cstF(b, kNegInf), nat)
+                .getResult());
+      });
+  Value outNew = tensor::InsertSliceOp::create(b, loc_, oTile, outerArgs[0],
+                                               oOff, oSize, ones3);
+  Value lseNew = tensor::InsertSliceOp::create(b, loc_, lseTile, outerArgs[1],
+                                               lOff, lSize, ones2);
+  scf::YieldOp::create(b, loc_, ValueRange{outNew, lseNew});
+}
+
+void FlashRewriter::replaceChain(scf::ForOp outer) {
   b_.replaceAllUsesWith(c_.pv->getResult(0), outer.getResult(0));
   if (c_.lse)
     b_.replaceAllUsesWith(c_.lse->getResult(0), outer.getResult(1));
