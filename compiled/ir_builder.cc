@@ -58,6 +58,9 @@ void yieldValue(OpBuilder &b, Location loc, Value v) {
   linalg::YieldOp::create(b, loc, ValueRange{v});
 }
 
+/// The naive attention of one spec: one linalg.generic per step of the
+/// seed's first listing (QKᵀ, the score modifier, max, exp, sum, divide,
+/// P·V) plus the log-sum-exp, over S x S tensors, sequence lengths dynamic.
 class NaiveBuilder {
 public:
   NaiveBuilder(MLIRContext &ctx, const KernelSpec &spec)
@@ -66,6 +69,25 @@ public:
   OwningOpRef<ModuleOp> build();
 
 private:
+  using BodyFn = function_ref<void(OpBuilder &, Location, ValueRange)>;
+  /// The kernel function's arguments (q, k, v as tensors).
+  struct Kernel {
+    Value q, k, v, biasM, outM, lseM, scale, p0, window;
+  };
+  static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+  Kernel declareKernel(ModuleOp module);
+  Value qkT(Value q, Value k);
+  Value modifyScores(Value s, const Kernel &kn);
+  Value pv(Value p, Value v);
+  Value logSumExp(Value mx, Value l);
+  /// [g, m] rows reduced over the keys of a [g, m, n] tensor from `init`.
+  Value reduceRows(Value x, float init, BodyFn combine);
+  /// A new [g, m, n] tensor from a [g, m, n] one and a [g, m] row operand.
+  Value withRows(Value x, Value rows, BodyFn body);
+  /// A fully masked row has max -inf; subtracting 0 instead keeps exp at 0.
+  Value safeMax(OpBuilder &b, Location loc, Value mv);
+
   AffineMap map(unsigned numDims, ArrayRef<unsigned> results) {
     SmallVector<AffineExpr> exprs;
     for (unsigned r : results)
@@ -82,21 +104,71 @@ private:
       return x;
     return arith::ExtFOp::create(b, loc, b.getF32Type(), x);
   }
+  Value cstF(OpBuilder &b, Location loc, float v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value toTensor(Value m) {
+    auto mt = cast<MemRefType>(m.getType());
+    auto tt = RankedTensorType::get(mt.getShape(), mt.getElementType());
+    return bufferization::ToTensorOp::create(b_, tt, m, /*restrict=*/true,
+                                             /*writable=*/false);
+  }
+  RankedTensorType scoresType() {
+    return RankedTensorType::get({spec_.group, kDyn, kDyn}, b_.getF32Type());
+  }
+  RankedTensorType rowType() {
+    return RankedTensorType::get({spec_.group, kDyn}, b_.getF32Type());
+  }
 
   MLIRContext &ctx_;
   const KernelSpec &spec_;
   ImplicitLocOpBuilder b_;
+  OpFoldResult m_, n_, gs_, ds_; // query and key lengths, G, D
 };
 
 OwningOpRef<ModuleOp> NaiveBuilder::build() {
   OwningOpRef<ModuleOp> module = ModuleOp::create(b_);
-  b_.setInsertionPointToEnd(module->getBody());
+  const Kernel kn = declareKernel(*module);
+  Value s = qkT(kn.q, kn.k);
+  Value scores = modifyScores(s, kn);
+  // M[g,i] = max_j S'[g,i,j]  (maximumf propagates NaN).
+  Value mx = reduceRows(
+      scores, kNegInf, [&](OpBuilder &b, Location loc, ValueRange a) {
+        yieldValue(b, loc, arith::MaximumFOp::create(b, loc, a[0], a[1]));
+      });
+  // E = exp(S' - M)
+  Value e = withRows(scores, mx, [&](OpBuilder &b, Location loc, ValueRange a) {
+    Value diff = arith::SubFOp::create(b, loc, a[0], safeMax(b, loc, a[1]));
+    yieldValue(b, loc, math::ExpOp::create(b, loc, diff));
+  });
+  // L = sum_j E
+  Value l = reduceRows(e, 0.0f, [&](OpBuilder &b, Location loc, ValueRange a) {
+    yieldValue(b, loc, arith::AddFOp::create(b, loc, a[1], a[0]));
+  });
+  // P = E / L (0 for a fully masked row, where L = 0).
+  Value p = withRows(e, l, [&](OpBuilder &b, Location loc, ValueRange a) {
+    Value zero = cstF(b, loc, 0.0f);
+    Value isZero =
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, a[1], zero);
+    Value div = arith::DivFOp::create(b, loc, a[0], a[1]);
+    yieldValue(b, loc, arith::SelectOp::create(b, loc, isZero, zero, div));
+  });
+  Value o = pv(p, kn.v);
+  Value lse = logSumExp(mx, l);
+  bufferization::MaterializeInDestinationOp::create(
+      b_, TypeRange{}, o, kn.outM, /*restrict=*/true, /*writable=*/true);
+  bufferization::MaterializeInDestinationOp::create(
+      b_, TypeRange{}, lse, kn.lseM, /*restrict=*/true, /*writable=*/true);
+  func::ReturnOp::create(b_);
+  return module;
+}
 
+NaiveBuilder::Kernel NaiveBuilder::declareKernel(ModuleOp module) {
+  b_.setInsertionPointToEnd(module.getBody());
   const int64_t g = spec_.group, d = spec_.headDim;
   Type f32 = b_.getF32Type();
   Type elem = spec_.elem == DType::kF32 ? f32 : b_.getBF16Type();
   Type index = b_.getIndexType();
-
   MemRefType qTy = stridedMemRef({g, kDyn, d}, elem);
   MemRefType kTy = stridedMemRef({kDyn, d}, elem);
   MemRefType vTy = spec_.vTransposed ? stridedMemRef({d, kDyn}, elem)
@@ -110,203 +182,159 @@ OwningOpRef<ModuleOp> NaiveBuilder::build() {
   fn->setAttr("attnkit.spec", b_.getStringAttr(spec_.key()));
   Block *entry = fn.addEntryBlock();
   b_.setInsertionPointToStart(entry);
-  Value qM = entry->getArgument(0), kM = entry->getArgument(1),
-        vM = entry->getArgument(2), biasM = entry->getArgument(3),
-        outM = entry->getArgument(4), lseM = entry->getArgument(5),
-        scale = entry->getArgument(6), p0 = entry->getArgument(7),
-        window = entry->getArgument(8);
+  Kernel kn;
+  kn.biasM = entry->getArgument(3);
+  kn.outM = entry->getArgument(4);
+  kn.lseM = entry->getArgument(5);
+  kn.scale = entry->getArgument(6);
+  kn.p0 = entry->getArgument(7);
+  kn.window = entry->getArgument(8);
+  kn.q = toTensor(entry->getArgument(0));
+  kn.k = toTensor(entry->getArgument(1));
+  kn.v = toTensor(entry->getArgument(2));
+  m_ = tensor::DimOp::create(b_, kn.q, 1).getResult();
+  n_ = tensor::DimOp::create(b_, kn.k, 0).getResult();
+  gs_ = b_.getIndexAttr(g);
+  ds_ = b_.getIndexAttr(d);
+  return kn;
+}
 
-  auto toTensor = [&](Value m) -> Value {
-    auto mt = cast<MemRefType>(m.getType());
-    auto tt = RankedTensorType::get(mt.getShape(), mt.getElementType());
-    return bufferization::ToTensorOp::create(b_, tt, m, /*restrict=*/true,
-                                             /*writable=*/false);
-  };
-  Value q = toTensor(qM), k = toTensor(kM), v = toTensor(vM);
-  OpFoldResult m = tensor::DimOp::create(b_, q, 1).getResult();
-  OpFoldResult n = tensor::DimOp::create(b_, k, 0).getResult();
-  OpFoldResult gs = b_.getIndexAttr(g), ds = b_.getIndexAttr(d);
-  auto scoresTy = RankedTensorType::get({g, kDyn, kDyn}, f32);
-  auto rowTy = RankedTensorType::get({g, kDyn}, f32);
-  auto outTensorTy = RankedTensorType::get({g, kDyn, d}, f32);
-  auto flags = matmulFlags(&ctx_);
-  const float negInf = -std::numeric_limits<float>::infinity();
-
+Value NaiveBuilder::qkT(Value q, Value k) {
   // S[g,i,j] = sum_d Q[g,i,d] * K[j,d]: one QKᵀ; the GQA group g indexes Q
   // only, so K is shared by the group through the indexing map.
-  Value sInit = filled({gs, m, n}, 0.0f);
-  Value s = linalg::GenericOp::create(
-                b_, TypeRange{scoresTy}, ValueRange{q, k}, ValueRange{sInit},
-                ArrayRef<AffineMap>{map(4, {0, 1, 3}), map(4, {2, 3}),
-                                    map(4, {0, 1, 2})},
-                ArrayRef<IteratorType>{kPar, kPar, kPar, kRed},
-                [&](OpBuilder &b, Location loc, ValueRange a) {
-                  Value prod = arith::MulFOp::create(
-                      b, loc, toF32(b, loc, a[0]), toF32(b, loc, a[1]), flags);
-                  Value sum = arith::AddFOp::create(b, loc, a[2], prod, flags);
-                  yieldValue(b, loc, sum);
-                })
-                .getResult(0);
+  auto flags = matmulFlags(&ctx_);
+  Value sInit = filled({gs_, m_, n_}, 0.0f);
+  return linalg::GenericOp::create(
+             b_, TypeRange{scoresType()}, ValueRange{q, k}, ValueRange{sInit},
+             ArrayRef<AffineMap>{map(4, {0, 1, 3}), map(4, {2, 3}),
+                                 map(4, {0, 1, 2})},
+             ArrayRef<IteratorType>{kPar, kPar, kPar, kRed},
+             [&](OpBuilder &b, Location loc, ValueRange a) {
+               Value prod = arith::MulFOp::create(b, loc, toF32(b, loc, a[0]),
+                                                  toF32(b, loc, a[1]), flags);
+               Value sum = arith::AddFOp::create(b, loc, a[2], prod, flags);
+               yieldValue(b, loc, sum);
+             })
+      .getResult(0);
+}
 
+Value NaiveBuilder::modifyScores(Value s, const Kernel &kn) {
   // Score modifier: scale, additive bias, causal/window mask (-inf).
-  SmallVector<Value> modIns{s};
-  SmallVector<AffineMap> modMaps{map(3, {0, 1, 2})};
+  SmallVector<Value> ins{s};
+  SmallVector<AffineMap> maps{map(3, {0, 1, 2})};
   if (spec_.mask == MaskKind::kBias) {
-    modIns.push_back(toTensor(biasM));
-    modMaps.push_back(map(3, {0, 1, 2}));
+    ins.push_back(toTensor(kn.biasM));
+    maps.push_back(map(3, {0, 1, 2}));
   }
-  modMaps.push_back(map(3, {0, 1, 2}));
-  Value sEmpty =
-      tensor::EmptyOp::create(b_, ArrayRef<OpFoldResult>{gs, m, n}, f32);
-  Value scores =
-      linalg::GenericOp::create(
-          b_, TypeRange{scoresTy}, modIns, ValueRange{sEmpty}, modMaps,
-          ArrayRef<IteratorType>{kPar, kPar, kPar},
-          [&](OpBuilder &b, Location loc, ValueRange a) {
-            Value x = arith::MulFOp::create(b, loc, a[0], scale);
-            if (spec_.mask == MaskKind::kBias)
-              x = arith::AddFOp::create(b, loc, x, a[1]);
-            if (spec_.mask == MaskKind::kCausal ||
-                spec_.mask == MaskKind::kWindow) {
-              Value i = linalg::IndexOp::create(b, loc, 1);
-              Value j = linalg::IndexOp::create(b, loc, 2);
-              Value pos = arith::AddIOp::create(b, loc, i, p0);
-              Value keep = arith::CmpIOp::create(
-                  b, loc, arith::CmpIPredicate::sle, j, pos);
-              if (spec_.mask == MaskKind::kWindow) {
-                Value lo = arith::SubIOp::create(b, loc, pos, window);
-                Value inWin = arith::CmpIOp::create(
-                    b, loc, arith::CmpIPredicate::sgt, j, lo);
-                keep = arith::AndIOp::create(b, loc, keep, inWin);
-              }
-              Value ninf =
-                  arith::ConstantOp::create(b, loc, b.getF32FloatAttr(negInf));
-              x = arith::SelectOp::create(b, loc, keep, x, ninf);
-            }
-            yieldValue(b, loc, x);
-          })
-          .getResult(0);
+  maps.push_back(map(3, {0, 1, 2}));
+  Value empty = tensor::EmptyOp::create(b_, ArrayRef<OpFoldResult>{gs_, m_, n_},
+                                        b_.getF32Type());
+  const MaskKind mask = spec_.mask;
+  return linalg::GenericOp::create(
+             b_, TypeRange{scoresType()}, ins, ValueRange{empty}, maps,
+             ArrayRef<IteratorType>{kPar, kPar, kPar},
+             [&](OpBuilder &b, Location loc, ValueRange a) {
+               Value x = arith::MulFOp::create(b, loc, a[0], kn.scale);
+               if (mask == MaskKind::kBias)
+                 x = arith::AddFOp::create(b, loc, x, a[1]);
+               if (mask == MaskKind::kCausal || mask == MaskKind::kWindow) {
+                 Value i = linalg::IndexOp::create(b, loc, 1);
+                 Value j = linalg::IndexOp::create(b, loc, 2);
+                 Value pos = arith::AddIOp::create(b, loc, i, kn.p0);
+                 Value keep = arith::CmpIOp::create(
+                     b, loc, arith::CmpIPredicate::sle, j, pos);
+                 if (mask == MaskKind::kWindow) {
+                   Value lo = arith::SubIOp::create(b, loc, pos, kn.window);
+                   Value inWin = arith::CmpIOp::create(
+                       b, loc, arith::CmpIPredicate::sgt, j, lo);
+                   keep = arith::AndIOp::create(b, loc, keep, inWin);
+                 }
+                 x = arith::SelectOp::create(b, loc, keep, x,
+                                             cstF(b, loc, kNegInf));
+               }
+               yieldValue(b, loc, x);
+             })
+      .getResult(0);
+}
 
-  // M[g,i] = max_j S'[g,i,j]  (maximumf propagates NaN).
-  Value mx =
-      linalg::GenericOp::create(
-          b_, TypeRange{rowTy}, ValueRange{scores},
-          ValueRange{filled({gs, m}, negInf)},
-          ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1})},
-          ArrayRef<IteratorType>{kPar, kPar, kRed},
-          [&](OpBuilder &b, Location loc, ValueRange a) {
-            yieldValue(b, loc, arith::MaximumFOp::create(b, loc, a[0], a[1]));
-          })
-          .getResult(0);
+Value NaiveBuilder::reduceRows(Value x, float init, BodyFn combine) {
+  return linalg::GenericOp::create(
+             b_, TypeRange{rowType()}, ValueRange{x},
+             ValueRange{filled({gs_, m_}, init)},
+             ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1})},
+             ArrayRef<IteratorType>{kPar, kPar, kRed}, combine)
+      .getResult(0);
+}
 
-  // A fully masked row has M = -inf; subtracting 0 instead keeps exp at 0.
-  auto safeMax = [&](OpBuilder &b, Location loc, Value mv) -> Value {
-    Value ninf = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(negInf));
-    Value zero = arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-    Value isNinf =
-        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, mv, ninf);
-    return arith::SelectOp::create(b, loc, isNinf, zero, mv);
-  };
+Value NaiveBuilder::withRows(Value x, Value rows, BodyFn body) {
+  return linalg::GenericOp::create(
+             b_, TypeRange{scoresType()}, ValueRange{x, rows},
+             ValueRange{tensor::EmptyOp::create(
+                 b_, ArrayRef<OpFoldResult>{gs_, m_, n_}, b_.getF32Type())},
+             ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1}),
+                                 map(3, {0, 1, 2})},
+             ArrayRef<IteratorType>{kPar, kPar, kPar}, body)
+      .getResult(0);
+}
 
-  // E = exp(S' - M)
-  Value e = linalg::GenericOp::create(
-                b_, TypeRange{scoresTy}, ValueRange{scores, mx},
-                ValueRange{tensor::EmptyOp::create(
-                    b_, ArrayRef<OpFoldResult>{gs, m, n}, f32)},
-                ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1}),
-                                    map(3, {0, 1, 2})},
-                ArrayRef<IteratorType>{kPar, kPar, kPar},
-                [&](OpBuilder &b, Location loc, ValueRange a) {
-                  Value diff = arith::SubFOp::create(b, loc, a[0],
-                                                     safeMax(b, loc, a[1]));
-                  yieldValue(b, loc, math::ExpOp::create(b, loc, diff));
-                })
-                .getResult(0);
+Value NaiveBuilder::safeMax(OpBuilder &b, Location loc, Value mv) {
+  Value ninf = cstF(b, loc, kNegInf);
+  Value zero = cstF(b, loc, 0.0f);
+  Value isNinf =
+      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, mv, ninf);
+  return arith::SelectOp::create(b, loc, isNinf, zero, mv);
+}
 
-  // L = sum_j E
-  Value l = linalg::GenericOp::create(
-                b_, TypeRange{rowTy}, ValueRange{e},
-                ValueRange{filled({gs, m}, 0.0f)},
-                ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1})},
-                ArrayRef<IteratorType>{kPar, kPar, kRed},
-                [&](OpBuilder &b, Location loc, ValueRange a) {
-                  yieldValue(b, loc, arith::AddFOp::create(b, loc, a[1], a[0]));
-                })
-                .getResult(0);
-
-  // P = E / L (0 for a fully masked row, where L = 0).
-  Value p =
-      linalg::GenericOp::create(
-          b_, TypeRange{scoresTy}, ValueRange{e, l},
-          ValueRange{tensor::EmptyOp::create(
-              b_, ArrayRef<OpFoldResult>{gs, m, n}, f32)},
-          ArrayRef<AffineMap>{map(3, {0, 1, 2}), map(3, {0, 1}),
-                              map(3, {0, 1, 2})},
-          ArrayRef<IteratorType>{kPar, kPar, kPar},
-          [&](OpBuilder &b, Location loc, ValueRange a) {
-            Value zero =
-                arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-            Value isZero = arith::CmpFOp::create(
-                b, loc, arith::CmpFPredicate::OEQ, a[1], zero);
-            Value div = arith::DivFOp::create(b, loc, a[0], a[1]);
-            yieldValue(b, loc,
-                       arith::SelectOp::create(b, loc, isZero, zero, div));
-          })
-          .getResult(0);
-
+Value NaiveBuilder::pv(Value p, Value v) {
   // O[g,i,d] = sum_j P[g,i,j] * V[j,d]  (V[d,j] when V is transposed). The
   // loop order puts V's unit-stride dim innermost: (g,i,j,d) for V[j,d],
   // (g,i,d,j) for V[d,j].
-  bool vt = spec_.vTransposed;
-  SmallVector<AffineMap> pvMaps =
+  const bool vt = spec_.vTransposed;
+  SmallVector<AffineMap> maps =
       vt ? SmallVector<AffineMap>{map(4, {0, 1, 3}), map(4, {2, 3}),
                                   map(4, {0, 1, 2})}
          : SmallVector<AffineMap>{map(4, {0, 1, 2}), map(4, {2, 3}),
                                   map(4, {0, 1, 3})};
-  SmallVector<IteratorType> pvIters =
+  SmallVector<IteratorType> iters =
       vt ? SmallVector<IteratorType>{kPar, kPar, kPar, kRed}
          : SmallVector<IteratorType>{kPar, kPar, kRed, kPar};
-  Value o = linalg::GenericOp::create(
-                b_, TypeRange{outTensorTy}, ValueRange{p, v},
-                ValueRange{filled({gs, m, ds}, 0.0f)}, pvMaps, pvIters,
-                [&](OpBuilder &b, Location loc, ValueRange a) {
-                  Value prod = arith::MulFOp::create(
-                      b, loc, a[0], toF32(b, loc, a[1]), flags);
-                  yieldValue(b, loc,
-                             arith::AddFOp::create(b, loc, a[2], prod, flags));
-                })
-                .getResult(0);
+  auto flags = matmulFlags(&ctx_);
+  auto outTy = RankedTensorType::get({spec_.group, kDyn, spec_.headDim},
+                                     b_.getF32Type());
+  return linalg::GenericOp::create(
+             b_, TypeRange{outTy}, ValueRange{p, v},
+             ValueRange{filled({gs_, m_, ds_}, 0.0f)}, maps, iters,
+             [&](OpBuilder &b, Location loc, ValueRange a) {
+               Value prod = arith::MulFOp::create(b, loc, a[0],
+                                                  toF32(b, loc, a[1]), flags);
+               yieldValue(b, loc,
+                          arith::AddFOp::create(b, loc, a[2], prod, flags));
+             })
+      .getResult(0);
+}
 
+Value NaiveBuilder::logSumExp(Value mx, Value l) {
   // LSE = M + log L (natural log; -inf for a fully masked row). Split-KV
   // merges partial results with it.
-  Value lse =
-      linalg::GenericOp::create(
-          b_, TypeRange{rowTy}, ValueRange{mx, l},
-          ValueRange{
-              tensor::EmptyOp::create(b_, ArrayRef<OpFoldResult>{gs, m}, f32)},
-          ArrayRef<AffineMap>{map(2, {0, 1}), map(2, {0, 1}), map(2, {0, 1})},
-          ArrayRef<IteratorType>{kPar, kPar},
-          [&](OpBuilder &b, Location loc, ValueRange a) {
-            Value zero =
-                arith::ConstantOp::create(b, loc, b.getF32FloatAttr(0.0f));
-            Value ninf =
-                arith::ConstantOp::create(b, loc, b.getF32FloatAttr(negInf));
-            Value isZero = arith::CmpFOp::create(
-                b, loc, arith::CmpFPredicate::OEQ, a[1], zero);
-            Value val =
-                arith::AddFOp::create(b, loc, safeMax(b, loc, a[0]),
-                                      math::LogOp::create(b, loc, a[1]));
-            yieldValue(b, loc,
-                       arith::SelectOp::create(b, loc, isZero, ninf, val));
-          })
-          .getResult(0);
-
-  bufferization::MaterializeInDestinationOp::create(
-      b_, TypeRange{}, o, outM, /*restrict=*/true, /*writable=*/true);
-  bufferization::MaterializeInDestinationOp::create(
-      b_, TypeRange{}, lse, lseM, /*restrict=*/true, /*writable=*/true);
-  func::ReturnOp::create(b_);
-  return module;
+  return linalg::GenericOp::create(
+             b_, TypeRange{rowType()}, ValueRange{mx, l},
+             ValueRange{tensor::EmptyOp::create(
+                 b_, ArrayRef<OpFoldResult>{gs_, m_}, b_.getF32Type())},
+             ArrayRef<AffineMap>{map(2, {0, 1}), map(2, {0, 1}),
+                                 map(2, {0, 1})},
+             ArrayRef<IteratorType>{kPar, kPar},
+             [&](OpBuilder &b, Location loc, ValueRange a) {
+               Value zero = cstF(b, loc, 0.0f);
+               Value ninf = cstF(b, loc, kNegInf);
+               Value isZero = arith::CmpFOp::create(
+                   b, loc, arith::CmpFPredicate::OEQ, a[1], zero);
+               Value val =
+                   arith::AddFOp::create(b, loc, safeMax(b, loc, a[0]),
+                                         math::LogOp::create(b, loc, a[1]));
+               yieldValue(b, loc,
+                          arith::SelectOp::create(b, loc, isZero, ninf, val));
+             })
+      .getResult(0);
 }
 
 } // namespace
