@@ -1,0 +1,252 @@
+// attnkit-vectorize-flash: the emitter's shared pieces (the score modifier
+// on vectors, tile initialisation, P.V rows, the epilogue) and emit().
+#include "compiled/vector_emitter.h"
+
+#include "compiled/passes.h"
+
+using namespace mlir;
+
+namespace attnkit::compiled::vectorize {
+
+/// Broadcasts a scalar to vector<w x T> (w = 0: keep scalars).
+Value Emitter::unify(Value v, int64_t w) {
+  if (w == 0 || isa<VectorType>(v.getType()))
+    return v;
+  return splat(v, w);
+}
+
+Value Emitter::expandAffine(AffineExpr e, ArrayRef<Value> dims,
+                            ArrayRef<Value> syms) {
+  switch (e.getKind()) {
+  case AffineExprKind::Constant:
+    return cI(cast<AffineConstantExpr>(e).getValue());
+  case AffineExprKind::DimId:
+    return dims[cast<AffineDimExpr>(e).getPosition()];
+  case AffineExprKind::SymbolId:
+    return syms[cast<AffineSymbolExpr>(e).getPosition()];
+  default: {
+    auto bin = cast<AffineBinaryOpExpr>(e);
+    Value l = expandAffine(bin.getLHS(), dims, syms);
+    Value r = expandAffine(bin.getRHS(), dims, syms);
+    int64_t w = 0;
+    for (Value x : {l, r})
+      if (auto vt = dyn_cast<VectorType>(x.getType()))
+        w = vt.getDimSize(0);
+    l = unify(l, w);
+    r = unify(r, w);
+    return e.getKind() == AffineExprKind::Add ? add(l, r) : mul(l, r);
+  }
+  }
+}
+
+/// Re-emits the score modifier of the fused form on `s` (a vector, or
+/// scalar): linalg.index 0/1/2 become the tile-local (g, i, j) given here
+/// (scalars or index vectors), the old loops' induction variables become i0
+/// and j0, and scalar operands meet vector ones through broadcasts.
+Value Emitter::modifier(Value s, Value biasVal, Value gIdx, Value iIdx,
+                        Value jIdx, Value i0, Value j0) {
+  Block *body = f_.modifier.getBody();
+  IRMapping map;
+  map.map(body->getArgument(0), s);
+  if (biasVal)
+    map.map(body->getArgument(1), biasVal);
+  map.map(f_.outer.getInductionVar(), i0);
+  map.map(f_.inner.getInductionVar(), j0);
+  auto lookup = [&](Value v) {
+    if (Value m = map.lookupOrNull(v))
+      return m;
+    // Constants the fused form hoisted into the (now replaced) loops.
+    if (f_.outer->isAncestor(v.getParentBlock()->getParentOp())) {
+      Value c = b_.clone(*v.getDefiningOp())->getResult(0);
+      map.map(v, c);
+      return c;
+    }
+    return v;
+  };
+  for (Operation &op : body->without_terminator()) {
+    Value res;
+    if (auto idx = dyn_cast<linalg::IndexOp>(op)) {
+      res = idx.getDim() == 0 ? gIdx : idx.getDim() == 1 ? iIdx : jIdx;
+    } else if (auto apply = dyn_cast<affine::AffineApplyOp>(op)) {
+      AffineMap m = apply.getAffineMap();
+      SmallVector<Value> dims, syms;
+      for (unsigned a = 0; a < m.getNumDims(); ++a)
+        dims.push_back(lookup(apply.getOperand(a)));
+      for (unsigned a = 0; a < m.getNumSymbols(); ++a)
+        syms.push_back(lookup(apply.getOperand(m.getNumDims() + a)));
+      res = expandAffine(m.getResult(0), dims, syms);
+    } else if (isa<arith::ConstantOp>(op)) {
+      res = b_.clone(op)->getResult(0);
+    } else {
+      SmallVector<Value> operands;
+      int64_t w = 0;
+      for (Value o : op.getOperands()) {
+        operands.push_back(lookup(o));
+        if (auto vt = dyn_cast<VectorType>(operands.back().getType()))
+          w = vt.getDimSize(0);
+      }
+      for (Value &o : operands)
+        o = unify(o, w);
+      Type rt = op.getResult(0).getType();
+      if (w)
+        rt = vec(w, rt);
+      OperationState st(loc_, op.getName().getStringRef(), operands, {rt},
+                        op.getAttrs());
+      res = b_.create(st)->getResult(0);
+    }
+    map.map(op.getResult(0), res);
+  }
+  Value y = lookup(body->getTerminator()->getOperand(0));
+  if (auto vt = dyn_cast<VectorType>(s.getType()))
+    y = unify(y, vt.getDimSize(0));
+  return y;
+}
+
+/// m = -inf, l = 0, acc = 0 for every row of the tile.
+void Emitter::initTile(Value) {
+  Value zero = cI(0), one = cI(1);
+  loop(zero, cI(rows_), one, [&](Value r) {
+    storeS(cF(-std::numeric_limits<float>::infinity()), mrow_, {r});
+    storeS(cF(0.0f), lrow_, {r});
+  });
+  if (accTransposed_) {
+    loop(zero, cI(f_.d), one, [&](Value dd) {
+      for (int64_t o = 0; o < rows_; o += kLanes)
+        storeV(splatF(0.0f, kLanes), acc_, {dd, cI(o)});
+    });
+  } else {
+    loop(zero, cI(rows_), one, [&](Value r) {
+      for (auto [o, w] : chunks(f_.d))
+        storeV(splatF(0.0f, w), acc_, {r, cI(o)});
+    });
+  }
+}
+
+/// acc[r0 .. r0+rows)[:] = acc * alpha[r] + sum_{j < bk} pAt(j, r) * V[j0+j][:]
+/// (V rows contiguous). Register blocks of `rows` x up to 16/rows vectors;
+/// r0 is a run-time row (the caller loops over row blocks).
+void Emitter::pvRows(Value j0, Value bk,
+                     function_ref<Value(Value j, Value r)> pAt, Value r0,
+                     int64_t rows) {
+  auto all = chunks(f_.d);
+  const int64_t perBlock = std::max<int64_t>(1, kLanes / rows);
+  SmallVector<Value> rowIdx;
+  for (int64_t r = 0; r < rows; ++r)
+    rowIdx.push_back(add(r0, cI(r)));
+  for (size_t c0 = 0; c0 < all.size(); c0 += perBlock) {
+    SmallVector<std::pair<int64_t, int64_t>> cs(
+        all.begin() + c0,
+        all.begin() + std::min(all.size(), c0 + static_cast<size_t>(perBlock)));
+    SmallVector<Value> inits;
+    for (int64_t r = 0; r < rows; ++r) {
+      Value alpha = loadS(alpha_, {rowIdx[r]});
+      for (auto [o, w] : cs)
+        inits.push_back(
+            fmul(loadV(acc_, {rowIdx[r], cI(o)}, w), splat(alpha, w)));
+    }
+    SmallVector<Value> res =
+        loop(cI(0), bk, cI(1), inits, [&](Value j, ValueRange a) {
+          Value row = add(j0, j);
+          if (prefetchV_ && c0 == 0)
+            prefetchRow(f_.v, row);
+          SmallVector<Value> vv;
+          for (auto [o, w] : cs)
+            vv.push_back(loadV(f_.v, {row, cI(o)}, w));
+          SmallVector<Value> out;
+          for (int64_t r = 0; r < rows; ++r) {
+            Value p = pAt(j, rowIdx[r]);
+            for (size_t c = 0; c < cs.size(); ++c)
+              out.push_back(
+                  fma(splat(p, cs[c].second), vv[c], a[r * cs.size() + c]));
+          }
+          return out;
+        });
+    for (int64_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cs.size(); ++c)
+        storeV(res[r * cs.size() + c], acc_, {rowIdx[r], cI(cs[c].first)});
+  }
+}
+
+/// out = acc / l (0 for an empty row), lse = (m + log2 l) ln 2 (-inf when
+/// empty), for the rows i < bq only.
+void Emitter::epilogue(Value i0, Value bq) {
+  const float negInf = -std::numeric_limits<float>::infinity();
+  loop(cI(0), cI(rows_), cI(1), [&](Value r) {
+    Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
+    Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
+    Value inTile =
+        arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::ult, i, bq);
+    ifThen(inTile, [&] {
+      Value l = loadS(lrow_, {r});
+      Value zero = cF(0.0f);
+      Value empty =
+          arith::CmpFOp::create(b_, loc_, arith::CmpFPredicate::OEQ, l, zero);
+      Value inv = arith::SelectOp::create(
+          b_, loc_, empty, zero, arith::DivFOp::create(b_, loc_, cF(1.0f), l));
+      Value row = add(i0, i);
+      if (accTransposed_) {
+        loop(cI(0), cI(f_.d), cI(1), [&](Value dd) {
+          storeS(fmul(loadS(acc_, {dd, r}), inv), f_.out, {g, row, dd});
+        });
+      } else {
+        for (auto [o, w] : chunks(f_.d))
+          storeV(fmul(loadV(acc_, {r, cI(o)}, w), splat(inv, w)), f_.out,
+                 {g, row, cI(o)});
+      }
+      Value m = loadS(mrow_, {r});
+      Value nat = fmul(fadd(m, math::Log2Op::create(b_, loc_, l)),
+                       cF(0.6931471805599453f));
+      storeS(arith::SelectOp::create(b_, loc_, empty, cF(negInf), nat), f_.lse,
+             {g, row});
+    });
+  });
+}
+
+void Emitter::emit() {
+  scf::ForOp outer = f_.outer;
+  rows_ = f_.g * f_.bq;
+  const bool prefill = f_.bq % kLanes == 0;
+  accTransposed_ = prefill && f_.vTransposed;
+  if (prefill) {
+    qpack_ = tileBuffer({f_.d, rows_});
+    scores_ = tileBuffer({f_.bk, rows_});
+  } else {
+    qpack_ = tileBuffer({rows_, (f_.d + kLanes - 1) / kLanes * kLanes});
+    scores_ = tileBuffer({rows_, f_.bk});
+  }
+  acc_ = accTransposed_ ? tileBuffer({f_.d, rows_}) : tileBuffer({rows_, f_.d});
+  mrow_ = tileBuffer({rows_});
+  lrow_ = tileBuffer({rows_});
+  alpha_ = tileBuffer({rows_});
+
+  b_.setInsertionPoint(outer);
+  auto newOuter = scf::ForOp::create(b_, loc_, outer.getLowerBound(),
+                                     outer.getUpperBound(), outer.getStep());
+  b_.setInsertionPointToStart(newOuter.getBody());
+  Value i0 = newOuter.getInductionVar();
+  // The key range of this query tile: clone what the fused form computes.
+  IRMapping map;
+  map.map(outer.getInductionVar(), i0);
+  llvm::SmallPtrSet<Operation *, 16> needed;
+  SmallVector<Value> work{f_.inner.getLowerBound(), f_.inner.getUpperBound()};
+  while (!work.empty()) {
+    Operation *def = work.pop_back_val().getDefiningOp();
+    if (!def || def->getBlock() != outer.getBody() ||
+        !needed.insert(def).second)
+      continue;
+    for (Value o : def->getOperands())
+      work.push_back(o);
+  }
+  for (Operation &op : *outer.getBody())
+    if (needed.contains(&op))
+      b_.clone(op, map);
+  Value lo = map.lookupOrDefault(f_.inner.getLowerBound());
+  Value hi = map.lookupOrDefault(f_.inner.getUpperBound());
+  Value bq = minI(outer.getStep(), sub(outer.getUpperBound(), i0));
+  if (prefill)
+    emitPrefill(i0, bq, lo, hi);
+  else
+    emitDecode(i0, bq, lo, hi);
+}
+
+} // namespace attnkit::compiled::vectorize

@@ -1,0 +1,210 @@
+// attnkit-vectorize-flash, part 2: the emitter of one query-tile loop's
+// vector code -- small vector builders, then the pieces: the score modifier
+// re-emitted on vectors, the tiles' initialisation and epilogue
+// (vector_emitter.cc), the prefill micro-kernel (vectorize_prefill.cc) and
+// the decode kernel (vectorize_decode.cc). The pass and its documentation:
+// vectorize_flash_pass.cc.
+#ifndef ATTNKIT_COMPILED_VECTOR_EMITTER_H_
+#define ATTNKIT_COMPILED_VECTOR_EMITTER_H_
+
+#include "compiled/vectorize_match.h"
+
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/Pass/Pass.h"
+
+#include <limits>
+
+namespace attnkit::compiled::vectorize {
+
+using namespace mlir;
+
+/// How far ahead (in keys) the decode kernel prefetches K and V rows: one
+/// 64-key tile, so the next tile's lines are in flight during this one.
+constexpr int64_t kPrefetchKeys = 64;
+
+/// Emits the vector code of one query-tile loop.
+class Emitter {
+public:
+  Emitter(FlashLoop f, OpBuilder &b)
+      : f_(f), b_(b), loc_(f.outer.getLoc()), f32_(b.getF32Type()) {}
+
+  void emit();
+
+private:
+  // ---- small builders ------------------------------------------------------
+  Value cI(int64_t v) { return arith::ConstantIndexOp::create(b_, loc_, v); }
+  Value cF(float v) {
+    return arith::ConstantOp::create(b_, loc_, b_.getF32FloatAttr(v));
+  }
+  VectorType vec(int64_t w, Type t = {}) {
+    return VectorType::get({w}, t ? t : f32_);
+  }
+  Value splat(Value s, int64_t w) {
+    return vector::BroadcastOp::create(b_, loc_, vec(w, s.getType()), s);
+  }
+  Value splatF(float v, int64_t w) {
+    return arith::ConstantOp::create(
+        b_, loc_, DenseElementsAttr::get(vec(w), b_.getF32FloatAttr(v)));
+  }
+  /// [base, base + 1, ..., base + w - 1] as vector<w x index>.
+  Value iota(Value base, int64_t w) {
+    SmallVector<APInt> vals;
+    for (int64_t i = 0; i < w; ++i)
+      vals.push_back(APInt(64, i));
+    Value steps = arith::ConstantOp::create(
+        b_, loc_,
+        DenseElementsAttr::get(vec(w, b_.getIndexType()), ArrayRef(vals)));
+    return arith::AddIOp::create(b_, loc_, steps, splat(base, w));
+  }
+  Value toF32(Value x) {
+    if (getElementTypeOrSelf(x.getType()).isF32())
+      return x;
+    Type t = isa<VectorType>(x.getType())
+                 ? Type(vec(cast<VectorType>(x.getType()).getDimSize(0)))
+                 : f32_;
+    return arith::ExtFOp::create(b_, loc_, t, x);
+  }
+  Type elemOf(Value mem) {
+    return cast<MemRefType>(mem.getType()).getElementType();
+  }
+  Value loadV(Value mem, ValueRange idx, int64_t w) {
+    return toF32(
+        vector::LoadOp::create(b_, loc_, vec(w, elemOf(mem)), mem, idx));
+  }
+  Value loadMasked(Value mem, ValueRange idx, int64_t w, Value count) {
+    Value mask = vector::CreateMaskOp::create(
+        b_, loc_, VectorType::get({w}, b_.getI1Type()), ValueRange{count});
+    Type et = elemOf(mem);
+    Value pass = arith::ConstantOp::create(
+        b_, loc_, DenseElementsAttr::get(vec(w, et), b_.getZeroAttr(et)));
+    return toF32(vector::MaskedLoadOp::create(b_, loc_, vec(w, et), mem, idx,
+                                              mask, pass));
+  }
+  Value loadS(Value mem, ValueRange idx) {
+    return toF32(memref::LoadOp::create(b_, loc_, mem, idx));
+  }
+  void storeV(Value val, Value mem, ValueRange idx) {
+    vector::StoreOp::create(b_, loc_, val, mem, idx);
+  }
+  void storeS(Value val, Value mem, ValueRange idx) {
+    memref::StoreOp::create(b_, loc_, val, mem, idx);
+  }
+  /// Software prefetch (into L2) of every cache line of row `row` + the
+  /// prefetch distance of a row-major [n][D] memref, clamped to row n - 1.
+  void prefetchRow(Value mem, Value row) {
+    Value n = memref::DimOp::create(b_, loc_, mem, 0);
+    Value ahead = minI(add(row, cI(kPrefetchKeys)), sub(n, cI(1)));
+    // Elements per 64-byte line: 16 f32 or 32 bf16.
+    const int64_t perLine = elemOf(mem).isF32() ? 16 : 32;
+    for (int64_t o = 0; o < f_.d; o += perLine)
+      memref::PrefetchOp::create(b_, loc_, mem, ValueRange{ahead, cI(o)},
+                                 /*isWrite=*/false, /*localityHint=*/2,
+                                 /*isDataCache=*/true);
+  }
+  Value add(Value a, Value c) { return arith::AddIOp::create(b_, loc_, a, c); }
+  Value sub(Value a, Value c) { return arith::SubIOp::create(b_, loc_, a, c); }
+  Value mul(Value a, Value c) { return arith::MulIOp::create(b_, loc_, a, c); }
+  Value minI(Value a, Value c) {
+    return arith::MinSIOp::create(b_, loc_, a, c);
+  }
+  Value fma(Value a, Value x, Value acc) {
+    return vector::FMAOp::create(b_, loc_, a, x, acc);
+  }
+  Value fmax(Value a, Value c) {
+    return arith::MaximumFOp::create(b_, loc_, a, c);
+  }
+  Value fadd(Value a, Value c) { return arith::AddFOp::create(b_, loc_, a, c); }
+  Value fsub(Value a, Value c) { return arith::SubFOp::create(b_, loc_, a, c); }
+  Value fmul(Value a, Value c) { return arith::MulFOp::create(b_, loc_, a, c); }
+  Value exp2(Value x) { return math::Exp2Op::create(b_, loc_, x); }
+  Value reduce(vector::CombiningKind kind, Value v) {
+    return vector::ReductionOp::create(b_, loc_, kind, v, /*acc=*/Value(),
+                                       arith::FastMathFlags::reassoc |
+                                           arith::FastMathFlags::contract);
+  }
+  Value tileBuffer(ArrayRef<int64_t> shape) {
+    OpBuilder::InsertionGuard guard(b_);
+    auto fn = f_.outer->getParentOfType<func::FuncOp>();
+    b_.setInsertionPointToStart(&fn.getBody().front());
+    auto op = memref::AllocaOp::create(b_, loc_, MemRefType::get(shape, f32_));
+    op.setAlignment(64);
+    return op;
+  }
+
+  /// scf.for whose body is produced by `body(iv, iterArgs) -> yielded`.
+  SmallVector<Value>
+  loop(Value lb, Value ub, Value step, ValueRange inits,
+       function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+    auto forOp = scf::ForOp::create(
+        b_, loc_, lb, ub, step, inits,
+        [&](OpBuilder &nb, Location, Value iv, ValueRange args) {
+          OpBuilder::InsertionGuard guard(b_);
+          b_.setInsertionPoint(nb.getInsertionBlock(), nb.getInsertionPoint());
+          SmallVector<Value> ys = body(iv, args);
+          scf::YieldOp::create(b_, loc_, ys);
+        });
+    return SmallVector<Value>(forOp.getResults());
+  }
+  void loop(Value lb, Value ub, Value step, function_ref<void(Value)> body) {
+    loop(lb, ub, step, ValueRange{}, [&](Value iv, ValueRange) {
+      body(iv);
+      return SmallVector<Value>{};
+    });
+  }
+  void ifThen(Value cond, function_ref<void()> body) {
+    auto ifOp = scf::IfOp::create(b_, loc_, cond, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b_);
+    b_.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    body();
+  }
+
+  /// Static chunks [offset, width) covering `n`: full vectors, then one
+  /// narrower vector for the tail (a static shape, no mask).
+  static SmallVector<std::pair<int64_t, int64_t>> chunks(int64_t n) {
+    SmallVector<std::pair<int64_t, int64_t>> c;
+    for (int64_t o = 0; o < n; o += kLanes)
+      c.push_back({o, std::min(kLanes, n - o)});
+    return c;
+  }
+
+  // ---- the pieces ----------------------------------------------------------
+  Value modifier(Value s, Value biasVal, Value gIdx, Value iIdx, Value jIdx,
+                 Value i0, Value j0);
+  Value expandAffine(AffineExpr e, ArrayRef<Value> dims, ArrayRef<Value> syms);
+  Value unify(Value v, int64_t w);
+  void initTile(Value rows);
+  void pvRows(Value j0, Value bk, function_ref<Value(Value j, Value r)> pAt,
+              Value r0, int64_t rows);
+  void pvTransposedPrefill(Value j0, Value bk);
+  void pvTransposedDecode(Value j0, Value bk);
+  Value transposeReduce(SmallVector<Value> acc);
+  void qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb);
+  void epilogue(Value i0, Value bq);
+  void emitPrefill(Value i0, Value bq, Value lo, Value hi);
+  void emitDecode(Value i0, Value bq, Value lo, Value hi);
+
+  FlashLoop f_;
+  OpBuilder &b_;
+  Location loc_;
+  Type f32_;
+  int64_t rows_ = 0; // R = G * BQ
+  Value acc_, mrow_, lrow_, alpha_, scores_, qpack_;
+  bool accTransposed_ = false;
+  bool prefetchV_ = false; // decode kernel: pvRows prefetches V rows ahead
+};
+
+} // namespace attnkit::compiled::vectorize
+
+#endif // ATTNKIT_COMPILED_VECTOR_EMITTER_H_

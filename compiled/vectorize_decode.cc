@@ -1,0 +1,198 @@
+// attnkit-vectorize-flash: the decode kernel (any other query tile: K and V
+// rows streamed at full vector width).
+#include "compiled/vector_emitter.h"
+
+#include "compiled/passes.h"
+
+using namespace mlir;
+
+namespace attnkit::compiled::vectorize {
+
+/// Transposed V, decode kernel: acc[r][d] = acc * alpha +
+/// reduce_j(P[r][j] * Vᵀ[d][j0+j]) with Vᵀ rows streamed (masked past bk).
+void Emitter::pvTransposedDecode(Value j0, Value bk) {
+  loop(cI(0), cI(f_.d), cI(1), [&](Value dd) {
+    SmallVector<Value> vt;
+    for (int64_t jc = 0; jc < f_.bk; jc += kLanes)
+      vt.push_back(
+          loadMasked(f_.v, {dd, add(j0, cI(jc))}, kLanes, sub(bk, cI(jc))));
+    for (int64_t r = 0; r < rows_; ++r) {
+      Value a = splatF(0.0f, kLanes);
+      for (int64_t c = 0; c < static_cast<int64_t>(vt.size()); ++c)
+        a = fma(loadV(scores_, {cI(r), cI(c * kLanes)}, kLanes), vt[c], a);
+      Value old = fmul(loadS(acc_, {cI(r), dd}), loadS(alpha_, {cI(r)}));
+      storeS(fadd(old, reduce(vector::CombiningKind::ADD, a)), acc_,
+             {cI(r), dd});
+    }
+  });
+}
+
+/// Reduces 16 vector<16xf32> to one vector whose lane l is the sum of the
+/// lanes of acc[l] (a transposing reduction: 15 adds and 30 two-source
+/// shuffles for 16 sums, against 16 x (4 shuffles + 4 adds) for 16 separate
+/// horizontal reductions). Level h halves every vector's segments: the pair
+/// (a, b) becomes t1 + t2 where t1 holds the first half of each segment of a
+/// and of b, t2 the second halves.
+Value Emitter::transposeReduce(SmallVector<Value> acc) {
+  assert(acc.size() == kLanes && "16 accumulators");
+  // owner[v][lane]: which accumulator's partial sum the lane holds.
+  SmallVector<SmallVector<int64_t>> owner;
+  for (int64_t a = 0; a < kLanes; ++a)
+    owner.push_back(SmallVector<int64_t>(kLanes, a));
+  for (int64_t h = kLanes / 2; h >= 1; h /= 2) {
+    SmallVector<Value> next;
+    SmallVector<SmallVector<int64_t>> nextOwner;
+    for (size_t v = 0; v < acc.size(); v += 2) {
+      SmallVector<int64_t> m1(kLanes), m2(kLanes), own(kLanes);
+      for (int64_t seg = 0; seg < kLanes; seg += 2 * h)
+        for (int64_t i = 0; i < h; ++i) {
+          m1[seg + i] = seg + i;                  // a, first half
+          m2[seg + i] = seg + h + i;              // a, second half
+          m1[seg + h + i] = kLanes + seg + i;     // b, first half
+          m2[seg + h + i] = kLanes + seg + h + i; // b, second half
+          own[seg + i] = owner[v][seg + i];
+          own[seg + h + i] = owner[v + 1][seg + i];
+        }
+      Value t1 = vector::ShuffleOp::create(b_, loc_, acc[v], acc[v + 1], m1);
+      Value t2 = vector::ShuffleOp::create(b_, loc_, acc[v], acc[v + 1], m2);
+      next.push_back(fadd(t1, t2));
+      nextOwner.push_back(own);
+    }
+    acc = next;
+    owner = nextOwner;
+  }
+  SmallVector<int64_t> perm(kLanes);
+  for (int64_t lane = 0; lane < kLanes; ++lane)
+    perm[owner[0][lane]] = lane;
+  return vector::ShuffleOp::create(b_, loc_, acc[0], acc[0], perm);
+}
+
+/// Scores of rows [r0, r0 + rb) against every key of the tile, kb = 16 / rb
+/// keys at a time: each K vector is loaded (and widened, for bf16) once for
+/// the rb rows, the 16 (row, key) dot products accumulate in 16 vectors and
+/// one transposeReduce yields all 16 scores. Keys past the tile end repeat
+/// its last key (scores_ rows stay in bounds: kb divides the tile; the
+/// softmax masks j >= bk).
+void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
+  const int64_t kb = kLanes / rb, d = f_.d, full = d / kLanes * kLanes;
+  Value last = sub(bk, cI(1));
+  loop(cI(0), bk, cI(kb), [&](Value jj0) {
+    SmallVector<Value> keys;
+    for (int64_t x = 0; x < kb; ++x)
+      keys.push_back(add(j0, minI(add(jj0, cI(x)), last)));
+    if (r0 == 0)
+      for (Value key : keys)
+        prefetchRow(f_.k, key);
+    auto step = [&](Value o, ValueRange a, bool tail) {
+      SmallVector<Value> qv, out(a.begin(), a.end());
+      for (int64_t y = 0; y < rb; ++y)
+        qv.push_back(loadV(qpack_, {cI(r0 + y), o}, kLanes));
+      for (int64_t x = 0; x < kb; ++x) {
+        Value kv = tail ? loadMasked(f_.k, {keys[x], o}, kLanes, cI(d - full))
+                        : loadV(f_.k, {keys[x], o}, kLanes);
+        for (int64_t y = 0; y < rb; ++y)
+          out[y * kb + x] = fma(kv, qv[y], out[y * kb + x]);
+      }
+      return out;
+    };
+    SmallVector<Value> acc(kLanes, splatF(0.0f, kLanes));
+    if (full)
+      acc = loop(cI(0), cI(full), cI(kLanes), acc,
+                 [&](Value o, ValueRange a) { return step(o, a, false); });
+    if (full < d)
+      acc = step(cI(full), acc, true);
+    Value sums = transposeReduce(acc);
+    for (int64_t y = 0; y < rb; ++y) {
+      Value part = vector::ExtractStridedSliceOp::create(
+          b_, loc_, sums, ArrayRef<int64_t>{y * kb}, ArrayRef<int64_t>{kb},
+          ArrayRef<int64_t>{1});
+      storeV(part, scores_, {cI(r0 + y), jj0});
+    }
+  });
+}
+
+void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
+  const int64_t d = f_.d, bkMax = f_.bk;
+  const float negInf = -std::numeric_limits<float>::infinity();
+  auto dch = chunks(d);
+  // q[r][:] in f32, rows past bq repeat the last row (never written out);
+  // zero past d up to a whole vector, so QKᵀ needs no tail vectors.
+  loop(cI(0), cI(rows_), cI(1), [&](Value r) {
+    Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
+    Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
+    Value row = add(i0, minI(i, sub(bq, cI(1))));
+    for (auto [o, w] : dch) {
+      Value x = w == kLanes ? loadV(f_.q, {g, row, cI(o)}, w)
+                            : loadMasked(f_.q, {g, row, cI(o)}, kLanes, cI(w));
+      storeV(x, qpack_, {r, cI(o)});
+    }
+  });
+  initTile(Value());
+
+  loop(lo, hi, cI(bkMax), [&](Value j0) {
+    Value bk = minI(cI(bkMax), sub(hi, j0));
+    // S[r][j] = K[j0+j][:] . q[r][:], in blocks of rb rows x 16/rb keys
+    // (16 dot products, reduced together).
+    for (int64_t r0 = 0, rb = 8; r0 < rows_; r0 += rb) {
+      while (rb > rows_ - r0)
+        rb /= 2;
+      qkDecodeBlock(j0, bk, r0, rb);
+    }
+    // Modifier + online softmax along keys, row by row.
+    loop(cI(0), cI(rows_), cI(1), [&](Value r) {
+      Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
+      Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
+      Value irow = minI(i, sub(bq, cI(1)));
+      Value mt = splatF(negInf, kLanes);
+      for (int64_t jc = 0; jc < bkMax; jc += kLanes) {
+        Value jv = iota(cI(jc), kLanes);
+        Value s = loadV(scores_, {r, cI(jc)}, kLanes);
+        Value bias;
+        if (f_.bias)
+          bias = loadMasked(f_.bias, {g, add(i0, irow), add(j0, cI(jc))},
+                            kLanes, sub(bk, cI(jc)));
+        Value s2 = modifier(s, bias, g, i, jv, i0, j0);
+        Value valid = arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::slt,
+                                            jv, splat(bk, kLanes));
+        s2 = arith::SelectOp::create(b_, loc_, valid, s2,
+                                     splatF(negInf, kLanes));
+        storeV(s2, scores_, {r, cI(jc)});
+        mt = fmax(mt, s2);
+      }
+      Value mOld = loadS(mrow_, {r});
+      Value mn = fmax(mOld, reduce(vector::CombiningKind::MAXIMUMF, mt));
+      Value isNinf = arith::CmpFOp::create(b_, loc_, arith::CmpFPredicate::OEQ,
+                                           mn, cF(negInf));
+      Value ms = arith::SelectOp::create(b_, loc_, isNinf, cF(0.0f), mn);
+      Value alpha = exp2(fsub(mOld, ms));
+      Value sum = splatF(0.0f, kLanes);
+      for (int64_t jc = 0; jc < bkMax; jc += kLanes) {
+        Value p =
+            exp2(fsub(loadV(scores_, {r, cI(jc)}, kLanes), splat(ms, kLanes)));
+        storeV(p, scores_, {r, cI(jc)});
+        sum = fadd(sum, p);
+      }
+      Value lOld = loadS(lrow_, {r});
+      storeS(fadd(fmul(lOld, alpha), reduce(vector::CombiningKind::ADD, sum)),
+             lrow_, {r});
+      storeS(mn, mrow_, {r});
+      storeS(alpha, alpha_, {r});
+    });
+    if (f_.vTransposed) {
+      pvTransposedDecode(j0, bk);
+    } else {
+      prefetchV_ = true;
+      const int64_t rb = std::min<int64_t>(rows_, kLanes);
+      for (int64_t r0 = 0; r0 < rows_; r0 += rb)
+        pvRows(
+            j0, bk,
+            [&](Value j, Value r) {
+              return loadS(scores_, {r, j});
+            },
+            cI(r0), std::min(rb, rows_ - r0));
+    }
+  });
+  epilogue(i0, bq);
+}
+
+} // namespace attnkit::compiled::vectorize

@@ -1,0 +1,165 @@
+// attnkit-vectorize-flash: the prefill micro-kernel (query tile a multiple
+// of 16; see vectorize_flash_pass.cc for the register blocking).
+#include "compiled/vector_emitter.h"
+
+#include "compiled/passes.h"
+
+using namespace mlir;
+
+namespace attnkit::compiled::vectorize {
+
+/// Transposed V, prefill kernel: accᵀ[d][r-vector] = accᵀ * alpha +
+/// sum_j Vᵀ[d][j0+j] (broadcast) * Pᵀ[j][r-vector]; blocks of 4 d x 4 vectors.
+void Emitter::pvTransposedPrefill(Value j0, Value bk) {
+  const int64_t rv = rows_ / kLanes, rvb = std::min<int64_t>(rv, 4);
+  auto block = [&](Value d0, int64_t db) {
+    for (int64_t v0 = 0; v0 < rv; v0 += rvb) {
+      const int64_t nv = std::min(rvb, rv - v0);
+      SmallVector<Value> dIdx, inits;
+      for (int64_t x = 0; x < db; ++x)
+        dIdx.push_back(add(d0, cI(x)));
+      for (int64_t x = 0; x < db; ++x)
+        for (int64_t y = 0; y < nv; ++y) {
+          Value col = cI((v0 + y) * kLanes);
+          inits.push_back(fmul(loadV(acc_, {dIdx[x], col}, kLanes),
+                               loadV(alpha_, {col}, kLanes)));
+        }
+      SmallVector<Value> res =
+          loop(cI(0), bk, cI(1), inits, [&](Value j, ValueRange a) {
+            SmallVector<Value> pv, out;
+            for (int64_t y = 0; y < nv; ++y)
+              pv.push_back(loadV(scores_, {j, cI((v0 + y) * kLanes)}, kLanes));
+            Value key = add(j0, j);
+            for (int64_t x = 0; x < db; ++x) {
+              Value vt = splat(loadS(f_.v, {dIdx[x], key}), kLanes);
+              for (int64_t y = 0; y < nv; ++y)
+                out.push_back(fma(vt, pv[y], a[x * nv + y]));
+            }
+            return out;
+          });
+      for (int64_t x = 0; x < db; ++x)
+        for (int64_t y = 0; y < nv; ++y)
+          storeV(res[x * nv + y], acc_, {dIdx[x], cI((v0 + y) * kLanes)});
+    }
+  };
+  const int64_t full = f_.d / 4 * 4;
+  if (full)
+    loop(cI(0), cI(full), cI(4), [&](Value d0) { block(d0, 4); });
+  if (full < f_.d)
+    block(cI(full), f_.d - full);
+}
+
+void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
+  const int64_t d = f_.d, bkMax = f_.bk, rv = rows_ / kLanes;
+  const float negInf = -std::numeric_limits<float>::infinity();
+  // Qᵀ[d][r], rows past bq zero (their results are never written).
+  loop(cI(0), cI(rows_), cI(1), [&](Value r) {
+    Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
+    Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
+    Value valid =
+        arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::ult, i, bq);
+    Value row = add(i0, minI(i, sub(bq, cI(1))));
+    loop(cI(0), cI(d), cI(1), [&](Value dd) {
+      Value x = loadS(f_.q, {g, row, dd});
+      storeS(arith::SelectOp::create(b_, loc_, valid, x, cF(0.0f)), qpack_,
+             {dd, r});
+    });
+  });
+  initTile(Value());
+
+  loop(lo, hi, cI(bkMax), [&](Value j0) {
+    Value bk = minI(cI(bkMax), sub(hi, j0));
+    Value last = sub(bk, cI(1));
+    // Sᵀ[j][r] = sum_d K[j0+j][d] * Qᵀ[d][r]: blocks of jb keys x rvb vectors.
+    const int64_t rvb = std::min<int64_t>(rv, 4), jb = kLanes / rvb;
+    for (int64_t v0 = 0; v0 < rv; v0 += rvb) {
+      const int64_t nv = std::min(rvb, rv - v0);
+      loop(cI(0), bk, cI(jb), [&](Value jj0) {
+        SmallVector<Value> keys;
+        for (int64_t x = 0; x < jb; ++x)
+          keys.push_back(add(j0, minI(add(jj0, cI(x)), last)));
+        SmallVector<Value> inits(jb * nv, splatF(0.0f, kLanes));
+        SmallVector<Value> res =
+            loop(cI(0), cI(d), cI(1), inits, [&](Value dd, ValueRange a) {
+              SmallVector<Value> qv, out;
+              for (int64_t y = 0; y < nv; ++y)
+                qv.push_back(
+                    loadV(qpack_, {dd, cI((v0 + y) * kLanes)}, kLanes));
+              for (int64_t x = 0; x < jb; ++x) {
+                Value kb = splat(loadS(f_.k, {keys[x], dd}), kLanes);
+                for (int64_t y = 0; y < nv; ++y)
+                  out.push_back(fma(kb, qv[y], a[x * nv + y]));
+              }
+              return out;
+            });
+        // jb need not divide the tile (G = 3: 5 keys): past the last key
+        // the block recomputed the last key's scores, so store them there
+        // again rather than past the tile buffer.
+        for (int64_t x = 0; x < jb; ++x)
+          for (int64_t y = 0; y < nv; ++y)
+            storeV(res[x * nv + y], scores_,
+                   {minI(add(jj0, cI(x)), last), cI((v0 + y) * kLanes)});
+      });
+    }
+    // Modifier + online softmax, one vector of 16 rows at a time.
+    loop(cI(0), cI(rv), cI(1), [&](Value vi) {
+      Value col = mul(vi, cI(kLanes));
+      Value g = arith::DivUIOp::create(b_, loc_, col, cI(f_.bq));
+      Value ibase = arith::RemUIOp::create(b_, loc_, col, cI(f_.bq));
+      Value iv = iota(ibase, kLanes);
+      Value mt = loop(cI(0), bk, cI(1), ValueRange{splatF(negInf, kLanes)},
+                      [&](Value j, ValueRange a) {
+                        Value s = loadV(scores_, {j, col}, kLanes);
+                        Value bias;
+                        if (f_.bias) {
+                          SmallVector<Value> el;
+                          Value key = add(j0, j);
+                          for (int64_t l = 0; l < kLanes; ++l) {
+                            Value i = minI(add(ibase, cI(l)), sub(bq, cI(1)));
+                            el.push_back(loadS(f_.bias, {g, add(i0, i), key}));
+                          }
+                          bias = vector::FromElementsOp::create(
+                              b_, loc_, vec(kLanes), el);
+                        }
+                        Value s2 = modifier(s, bias, g, iv, j, i0, j0);
+                        storeV(s2, scores_, {j, col});
+                        return SmallVector<Value>{fmax(a[0], s2)};
+                      })[0];
+      Value mOld = loadV(mrow_, {col}, kLanes);
+      Value mn = fmax(mOld, mt);
+      Value isNinf = arith::CmpFOp::create(b_, loc_, arith::CmpFPredicate::OEQ,
+                                           mn, splatF(negInf, kLanes));
+      Value ms =
+          arith::SelectOp::create(b_, loc_, isNinf, splatF(0.0f, kLanes), mn);
+      Value alpha = exp2(fsub(mOld, ms));
+      Value sum =
+          loop(cI(0), bk, cI(1), ValueRange{splatF(0.0f, kLanes)},
+               [&](Value j, ValueRange a) {
+                 Value p = exp2(fsub(loadV(scores_, {j, col}, kLanes), ms));
+                 storeV(p, scores_, {j, col});
+                 return SmallVector<Value>{fadd(a[0], p)};
+               })[0];
+      Value lOld = loadV(lrow_, {col}, kLanes);
+      storeV(fma(lOld, alpha, sum), lrow_, {col});
+      storeV(mn, mrow_, {col});
+      storeV(alpha, alpha_, {col});
+    });
+    // P·V.
+    if (accTransposed_) {
+      pvTransposedPrefill(j0, bk);
+    } else {
+      // R = 16 G: whole blocks of 4 rows.
+      loop(cI(0), cI(rows_), cI(4), [&](Value r0) {
+        pvRows(
+            j0, bk,
+            [&](Value j, Value r) {
+              return loadS(scores_, {j, r});
+            },
+            r0, 4);
+      });
+    }
+  });
+  epilogue(i0, bq);
+}
+
+} // namespace attnkit::compiled::vectorize
