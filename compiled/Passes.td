@@ -13,32 +13,66 @@
 
 include "mlir/Pass/PassBase.td"
 
-def FlashAttention : Pass<"attnkit-flash-attention", "mlir::func::FuncOp"> {
-  let summary = "Rewrite naive Linalg attention into the FlashAttention form";
+def DecomposeAttention
+    : Pass<"attnkit-decompose-attention", "mlir::func::FuncOp"> {
+  let summary = "Lower attnkit.attention to the naive Linalg chain";
   let description = [{
-    Finds the naive attention chain that ir_builder.cc emits -- S = Q.K^T
-    (scaled, masked by the modifier), a max reduction, exp, a sum reduction,
-    the division and P.V, each a `linalg.generic` over an S x S tensor -- and
-    replaces it by one loop over query tiles holding one loop over KV tiles
-    that carries the running max m, the running sum l and the output
-    accumulator (online softmax): per KV tile one Q.K^T, the mask, the new
-    max, the rescale of l and the accumulator by exp2(m_old - m_new), and
-    one P.V. No S x S tensor survives and nothing is recomputed; a causal or
-    window mask also narrows the KV loop's range to the keys a query tile
-    can see. log2(e) is folded into the scale once.
+    Replaces each `attnkit.attention` by the naive attention of the seed's
+    first listing, one `linalg.generic` per step over whole tensors: S =
+    Q.K^T, the score modifier (x = S * scale, then the op's region with i, j
+    as linalg.index 1, 2), the row max, exp(S' - max), the row sum, the
+    division (0 for a fully masked row) and P.V, plus the log-sum-exp. The
+    S x S scores are materialized. This is `attnkit-compile --emit=naive`,
+    and what lowers an attention op attnkit-flash-attention left alone.
 
-    Before (naive, sequence lengths dynamic):
-      %s = linalg.generic {... Q.K^T ...} -> tensor<Gx?x?xf32>
-      %m = linalg.generic {... max ...}; %e = linalg.generic {... exp ...}
-      %l = linalg.generic {... sum ...}; %o = linalg.generic {... P.V ...}
+    Before:
+      %o, %lse = attnkit.attention q(%q : tensor<2x?x64xf32>) k(...) v(...)
+          scale(%s) -> tensor<2x?x64xf32>, tensor<2x?xf32> {
+      ^bb0(%i: index, %j: index, %x: f32):
+        attnkit.yield %x : f32
+      }
+    After:
+      %s = linalg.generic {Q.K^T} -> tensor<2x?x?xf32>
+      %s2 = linalg.generic {x = s * scale; modifier}
+      %m = linalg.generic {max}; %e = linalg.generic {exp(s2 - m)}
+      %l = linalg.generic {sum}; %p = linalg.generic {e / l}
+      %o = linalg.generic {P.V}; %lse = linalg.generic {m + log l}
+    A function without attnkit.attention is left as it is.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::linalg::LinalgDialect",
+    "mlir::math::MathDialect", "mlir::tensor::TensorDialect"
+  ];
+}
+
+def FlashAttention : Pass<"attnkit-flash-attention", "mlir::func::FuncOp"> {
+  let summary = "Rewrite attnkit.attention into the FlashAttention form";
+  let description = [{
+    Replaces each `attnkit.attention` by one loop over query tiles holding
+    one loop over KV tiles that carries the running max m, the running sum
+    l and the output accumulator (online softmax): per KV tile one Q.K^T,
+    the score modifier (the op's region, its indices offset to the tile),
+    the new max, the rescale of l and the accumulator by exp2(m_old -
+    m_new), and one P.V -- each built by the same helpers as the naive
+    chain (structured_builders.h). No S x S tensor exists and nothing is
+    recomputed; a causal or window mask also narrows the KV loop's range to
+    the keys a query tile can see. log2(e) is folded into the scale once
+    when the modifier is additive in the score, else applied to its result.
+
+    Before:
+      %o, %lse = attnkit.attention q(%q : tensor<Gx?xDxf32>) k(%k) v(%v)
+          scale(%s) -> tensor<Gx?xDxf32>, tensor<Gx?xf32> { <modifier> }
     After:
       scf.for %i0 = 0 to %nq step <query-tile> iter_args(%out, %lse) {
         scf.for %j0 = %lo to %hi step <kv-tile>
-            iter_args(%m, %l, %acc) -> (Gx?, Gx?, Gx?xD) { ... }
-      }
-    A function without the chain (or with only a part of it) is left as it
-    is. The loops and tile ops carry `attnkit.flash.*` markers for
-    attnkit-vectorize-flash.
+            iter_args(%m, %l, %acc) -> (Gx?, Gx?, Gx?xD) {
+          linalg.generic {Q.K^T} {attnkit.flash_role = #attnkit.flash_role<qk>}
+          ...
+        } {attnkit.flash_role = #attnkit.flash_role<kv_loop>}
+      } {attnkit.flash_role = #attnkit.flash_role<query_loop>}
+    The loops and the Q.K^T, modifier and P.V tile ops carry their
+    `attnkit.flash_role` for attnkit-vectorize-flash. Linalg ops that
+    merely look like attention (a naive chain) are left as they are.
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::bufferization::BufferizationDialect",
@@ -58,9 +92,9 @@ def FlashAttention : Pass<"attnkit-flash-attention", "mlir::func::FuncOp"> {
 def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
   let summary = "Replace the fused flash loops by register-blocked vector code";
   let description = [{
-    Takes the query-tile loops attnkit-flash-attention marked
-    (`attnkit.flash.query_loop`, the tile ops `attnkit.flash.qk`,
-    `.modifier`, `.pv`) and replaces each by register-blocked
+    Takes the query-tile loops attnkit-flash-attention made (their
+    `attnkit.flash_role`: query_loop, kv_loop, and the tile ops qk,
+    modifier, pv) and replaces each by register-blocked
     vector<16xf32> code on the memrefs the tensors came from, keeping the
     loop bounds, each tile's key range and the score modifier (re-emitted
     on vectors). Prefill (query tile a multiple of 16): Q packed as Q^T once
@@ -68,11 +102,11 @@ def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
     along rows of S^T, P.V in 4 rows x 64 columns blocks. Decode (any other
     tile): K and V rows streamed at full vector width.
 
-    Before: scf.for ... {attnkit.flash.query_loop} { scf.for ...
-            {attnkit.flash.kv_loop} { linalg.generic {attnkit.flash.qk} ...}}
+    Before: scf.for ... {attnkit.flash_role = #attnkit.flash_role<query_loop>}
+            { scf.for ... <kv_loop> { linalg.generic <qk> ... }}
     After:  memref.alloca tiles; scf.for { <pack Q^T>; scf.for { vector.fma
             blocks; online softmax on vectors; P.V } <out = acc / l> }
-    A loop without the marker, or whose modifier cannot be re-emitted on
+    A loop without the role, or whose modifier cannot be re-emitted on
     vectors, is left alone (the linalg path lowers it).
   }];
   let dependentDialects = [

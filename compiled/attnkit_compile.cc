@@ -1,7 +1,8 @@
 // attnkit-compile: the stage dumper. Builds the attention kernel of one
 // problem and prints it after the pipeline stage `--emit` names, Toy
 // `-emit=` style:
-//   --emit=naive       the naive Linalg module (QK^T materialized)
+//   --emit=attention   the attnkit.attention op as built
+//   --emit=naive       its naive Linalg chain (QK^T materialized)
 //   --emit=fused       its FlashAttention form (loop over KV tiles)
 //   --emit=vectorized  bufferized loop + vector code
 //   --emit=llvm        the LLVM dialect
@@ -196,7 +197,7 @@ static int run(int argc, char **argv) {
   registerCompiledDialects(registry);
   mlir::registerAllToLLVMIRTranslations(registry);
   mlir::MLIRContext ctx(registry);
-  auto module = buildNaiveAttention(ctx, spec);
+  auto module = buildAttention(ctx, spec);
   PipelineOptions options;
   options.flash.queryTile = spec.queryTile;
   options.flash.kvTile = kvTile;

@@ -1,22 +1,19 @@
 //===- flash_attention_pass.cc - naive attention -> FlashAttention --------===//
 //
-// `attnkit-flash-attention` recognizes the naive attention chain of six
-// linalg.generic ops on tensors (what ir_builder.cc emits: scores, mask,
-// softmax and P·V each materialized) and rewrites it into the FlashAttention
-// form: a loop over query tiles, and inside it one scf.for over KV tiles
-// carrying the running max, the running sum and the output accumulator (online
-// softmax). Per KV tile there is exactly one QKᵀ, and no S×S tensor is left.
+// `attnkit-flash-attention` rewrites each attnkit.attention (AttnkitOps.td)
+// into the FlashAttention form: a loop over query tiles, and inside it one
+// scf.for over KV tiles carrying the running max, the running sum and the
+// output accumulator (online softmax). Per KV tile there is exactly one QKᵀ,
+// and no S×S tensor exists. The tile ops come from the same builders as the
+// naive chain of attnkit-decompose-attention (structured_builders.h).
 //
 // Before (shapes: G query heads of one GQA group, M queries, N keys, D dims):
 //
-//   %s   = linalg.generic {QKᵀ}        ins(%q, %k)   -> tensor<Gx?x?xf32>
-//   %s2  = linalg.generic {scale+mask} ins(%s)       -> tensor<Gx?x?xf32>
-//   %m   = linalg.generic {max over j} ins(%s2)      -> tensor<Gx?xf32>
-//   %e   = linalg.generic {exp(s - m)} ins(%s2, %m)  -> tensor<Gx?x?xf32>
-//   %l   = linalg.generic {sum over j} ins(%e)       -> tensor<Gx?xf32>
-//   %p   = linalg.generic {e / l}      ins(%e, %l)   -> tensor<Gx?x?xf32>
-//   %o   = linalg.generic {P·V}        ins(%p, %v)   -> tensor<Gx?xDxf32>
-//   %lse = linalg.generic {m + log l}  ins(%m, %l)   -> tensor<Gx?xf32>
+//   %o, %lse = attnkit.attention q(%q) k(%k) v(%v) scale(%scale) [bias(%b)]
+//       -> tensor<Gx?xDxf32>, tensor<Gx?xf32> {
+//   ^bb0(%i: index, %j: index, %x: f32 [, %bias: f32]):
+//     <modifier: + bias, select(mask(i, j), x, -inf)>
+//   }
 //
 // After:
 //
@@ -40,10 +37,11 @@
 //     insert_slice both, scf.yield
 //   }
 //
-// The score modifier (scale, bias, mask) is cloned from the naive op with its
-// linalg.index ops offset, so any elementwise modifier is kept; the KV range
-// is narrowed only when the mask is recognized as `j <= f(i)` / `j > g(i)`
-// with f, g non-decreasing in i.
+// The score modifier is the op's region inlined into a generic with its
+// linalg.index ops offset to the tile, so any elementwise modifier is kept;
+// the KV range is narrowed only when the mask is recognized as `j <= f(i)` /
+// `j > g(i)` with f, g non-decreasing in i. The loops and the QKᵀ, modifier
+// and P·V ops carry their attnkit.flash_role for attnkit-vectorize-flash.
 //
 // Temporary tiles are `extract_slice`s of statically shaped alloc_tensor ops,
 // so bufferization allocates fixed-size buffers that buffer-loop-hoisting
@@ -52,6 +50,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiled/passes.h"
+#include "compiled/structured_builders.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -83,110 +82,30 @@ namespace {
 using utils::IteratorType;
 constexpr IteratorType kPar = IteratorType::parallel;
 
-template <typename OpTy> bool bodyHas(linalg::GenericOp op) {
-  bool found = false;
-  op.getBody()->walk([&](OpTy) { found = true; });
-  return found;
-}
-
-unsigned numReductions(linalg::GenericOp op) {
-  return op.getNumReductionLoops();
-}
-
-linalg::GenericOp producer(Value v) {
-  return v.getDefiningOp<linalg::GenericOp>();
-}
-
-/// The matched naive chain.
-struct AttentionChain {
-  linalg::GenericOp qk, modifier, max, exp, sum, div, pv;
-  linalg::GenericOp lse; // optional
-};
-
-std::optional<AttentionChain> matchChain(linalg::GenericOp pv) {
-  AttentionChain c;
-  c.pv = pv;
-  if (pv.getNumLoops() != 4 || numReductions(pv) != 1 ||
-      pv.getNumDpsInputs() != 2 || !bodyHas<arith::MulFOp>(pv))
-    return std::nullopt;
-  c.div = producer(pv.getDpsInputs()[0]);
-  if (!c.div || numReductions(c.div) != 0 || c.div.getNumDpsInputs() != 2 ||
-      !bodyHas<arith::DivFOp>(c.div))
-    return std::nullopt;
-  c.exp = producer(c.div.getDpsInputs()[0]);
-  c.sum = producer(c.div.getDpsInputs()[1]);
-  if (!c.exp || !c.sum || !bodyHas<math::ExpOp>(c.exp) ||
-      c.exp.getNumDpsInputs() != 2 || numReductions(c.sum) != 1 ||
-      c.sum.getNumDpsInputs() != 1 ||
-      c.sum.getDpsInputs()[0] != c.exp->getResult(0) ||
-      !bodyHas<arith::AddFOp>(c.sum))
-    return std::nullopt;
-  c.max = producer(c.exp.getDpsInputs()[1]);
-  Value scores = c.exp.getDpsInputs()[0];
-  if (!c.max || numReductions(c.max) != 1 || c.max.getNumDpsInputs() != 1 ||
-      c.max.getDpsInputs()[0] != scores || !bodyHas<arith::MaximumFOp>(c.max))
-    return std::nullopt;
-  c.modifier = producer(scores);
-  if (!c.modifier || numReductions(c.modifier) != 0 ||
-      c.modifier.getNumLoops() != 3 || c.modifier.getNumDpsInputs() < 1 ||
-      c.modifier.getNumDpsInputs() > 2)
-    return std::nullopt;
-  c.qk = producer(c.modifier.getDpsInputs()[0]);
-  if (!c.qk || c.qk.getNumLoops() != 4 || numReductions(c.qk) != 1 ||
-      c.qk.getNumDpsInputs() != 2)
-    return std::nullopt;
-  // The S×S intermediates must not escape the chain.
-  auto onlyUsedBy = [](Value v, ArrayRef<Operation *> users) {
-    return llvm::all_of(v.getUsers(), [&](Operation *u) {
-      return llvm::is_contained(users, u);
-    });
-  };
-  for (Operation *u : c.max->getResult(0).getUsers()) {
-    auto g = dyn_cast<linalg::GenericOp>(u);
-    if (g && g != c.exp && g.getNumDpsInputs() == 2 &&
-        g.getDpsInputs()[0] == c.max->getResult(0) &&
-        g.getDpsInputs()[1] == c.sum->getResult(0))
-      c.lse = g;
-  }
-  SmallVector<Operation *> maxUsers{c.exp};
-  SmallVector<Operation *> sumUsers{c.div};
-  if (c.lse) {
-    maxUsers.push_back(c.lse);
-    sumUsers.push_back(c.lse);
-  }
-  if (!onlyUsedBy(c.qk->getResult(0), {c.modifier}) ||
-      !onlyUsedBy(scores, {c.max, c.exp}) ||
-      !onlyUsedBy(c.max->getResult(0), maxUsers) ||
-      !onlyUsedBy(c.exp->getResult(0), {c.sum, c.div}) ||
-      !onlyUsedBy(c.sum->getResult(0), sumUsers) ||
-      !onlyUsedBy(c.div->getResult(0), {c.pv}))
-    return std::nullopt;
-  return c;
-}
-
-/// Re-materializes `v`, an index expression inside the modifier body built
-/// from linalg.index 1 (the query row), values from above and +/- constants,
-/// with the row replaced by `row`. Fails unless the row enters with a
-/// positive sign (the bound is then non-decreasing in the row).
+using namespace structured;
+/// Re-materializes `v`, an index expression inside the modifier region built
+/// from the query index, values from above and +/- constants, with the query
+/// index replaced by `row`. Fails unless the row enters with a positive sign
+/// (the bound is then non-decreasing in the row).
 Value materializeBound(OpBuilder &b, Location loc, Value v, Value row,
-                       Region &body, int sign = 1) {
-  if (!body.isAncestor(v.getParentRegion()))
-    return v; // defined above the generic
+                       AttentionOp op, int sign = 1) {
+  if (!op.getModifier().isAncestor(v.getParentRegion()))
+    return v; // defined above the op
+  if (v == op.queryIndexArg())
+    return sign > 0 ? row : Value();
   Operation *def = v.getDefiningOp();
   if (!def)
     return {};
-  if (auto idx = dyn_cast<linalg::IndexOp>(def))
-    return (idx.getDim() == 1 && sign > 0) ? row : Value();
   if (auto cst = dyn_cast<arith::ConstantOp>(def))
     return arith::ConstantOp::create(b, loc, cst.getValue());
   if (auto add = dyn_cast<arith::AddIOp>(def)) {
-    Value l = materializeBound(b, loc, add.getLhs(), row, body, sign);
-    Value r = materializeBound(b, loc, add.getRhs(), row, body, sign);
+    Value l = materializeBound(b, loc, add.getLhs(), row, op, sign);
+    Value r = materializeBound(b, loc, add.getRhs(), row, op, sign);
     return (l && r) ? arith::AddIOp::create(b, loc, l, r).getResult() : Value();
   }
   if (auto sub = dyn_cast<arith::SubIOp>(def)) {
-    Value l = materializeBound(b, loc, sub.getLhs(), row, body, sign);
-    Value r = materializeBound(b, loc, sub.getRhs(), row, body, -sign);
+    Value l = materializeBound(b, loc, sub.getLhs(), row, op, sign);
+    Value r = materializeBound(b, loc, sub.getRhs(), row, op, -sign);
     return (l && r) ? arith::SubIOp::create(b, loc, l, r).getResult() : Value();
   }
   return {};
@@ -198,18 +117,15 @@ struct KeyBounds {
   SmallVector<arith::CmpIOp> upper, lower;
 };
 
-KeyBounds analyzeMask(linalg::GenericOp mod) {
+KeyBounds analyzeMask(AttentionOp op) {
   KeyBounds kb;
   auto isNegInf = [](Value v) {
     FloatAttr attr;
     return matchPattern(v, m_Constant(&attr)) && attr.getValue().isInfinity() &&
            attr.getValue().isNegative();
   };
-  auto isKeyIndex = [](Value v) {
-    auto idx = v.getDefiningOp<linalg::IndexOp>();
-    return idx && idx.getDim() == 2;
-  };
-  mod.getBody()->walk([&](arith::SelectOp sel) {
+  auto isKeyIndex = [&](Value v) { return v == op.keyIndexArg(); };
+  op.getModifier().walk([&](arith::SelectOp sel) {
     if (!isNegInf(sel.getFalseValue()))
       return;
     SmallVector<Value> conds{sel.getCondition()};
@@ -242,21 +158,16 @@ KeyBounds analyzeMask(linalg::GenericOp mod) {
 
 class FlashRewriter {
 public:
-  FlashRewriter(const AttentionChain &c, const FlashAttentionOptions &opts)
-      : c_(c), opts_(opts), b_(OpBuilder(c_.pv.getOperation())),
-        loc_(c_.pv.getLoc()) {}
+  FlashRewriter(AttentionOp op, const FlashAttentionOptions &opts)
+      : op_(op), opts_(opts), b_(OpBuilder(op.getOperation())),
+        loc_(op.getLoc()) {}
   void rewrite();
 
 private:
   AffineMap map(unsigned numDims, ArrayRef<unsigned> results) {
-    SmallVector<AffineExpr> exprs;
-    for (unsigned r : results)
-      exprs.push_back(b_.getAffineDimExpr(r));
-    return AffineMap::get(numDims, 0, exprs, b_.getContext());
+    return dims(b_.getContext(), numDims, results);
   }
-  Value cstF(OpBuilder &b, float v) {
-    return arith::ConstantOp::create(b, loc_, b.getF32FloatAttr(v));
-  }
+  Value cstF(OpBuilder &b, float v) { return structured::cstF(b, loc_, v); }
   Value cstI(OpBuilder &b, int64_t v) {
     return arith::ConstantIndexOp::create(b, loc_, v);
   }
@@ -274,14 +185,12 @@ private:
     return tensor::ExtractSliceOp::create(b, loc_, empty, zeros, sizes, ones);
   }
   Value fill(OpBuilder &b, Value t, float v) {
-    return linalg::FillOp::create(b, loc_, cstF(b, v), t).getResult(0);
+    return structured::fill(b, loc_, t, v);
   }
-  Value genericOne(OpBuilder &b, ValueRange ins, ValueRange outs,
-                   ArrayRef<AffineMap> maps, ArrayRef<IteratorType> its,
-                   function_ref<void(OpBuilder &, Location, ValueRange)> fn) {
-    return linalg::GenericOp::create(b, loc_, TypeRange{outs[0].getType()}, ins,
-                                     outs, maps, its, fn)
-        .getResult(0);
+  /// The generic that defines `v`, marked with `role`.
+  Value withRole(Value v, FlashRole role) {
+    setFlashRole(v.getDefiningOp(), role);
+    return v;
   }
   Value modifiedScores(OpBuilder &b, Value s, Value i0, Value j0, Value bq,
                        Value bk);
@@ -298,9 +207,7 @@ private:
   struct MaxUpdate {
     Value max, safe, alpha;
   };
-  static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-  bool vTransposed();
   void foldLog2eIntoScale();
   scf::ForOp emitQueryLoop();
   void emitQueryTile(OpBuilder &b, Value i0, Value m, Value n,
@@ -310,9 +217,10 @@ private:
   MaxUpdate updateMax(OpBuilder &b, const QueryTile &t, Value s2, Value mOld);
   Value probabilities(OpBuilder &b, const QueryTile &t, Value bk, Value s2,
                       Value mSafe);
+  /// x * alpha for every row of `x` ([G, rows] or [G, rows, D]).
+  Value rescaled(OpBuilder &b, Value alpha, Value x);
   void writeRows(OpBuilder &b, const QueryTile &t, Value mFin, Value lFin,
                  Value accFin, ValueRange outerArgs);
-  void replaceChain(scf::ForOp outer);
 
   /// [G, rows] and [G, rows, keys] tiles of the query tile.
   Value rowTile(OpBuilder &b, const QueryTile &t) {
@@ -321,73 +229,36 @@ private:
   Value scoreTile(OpBuilder &b, const QueryTile &t, Value bk) {
     return tile(b, {g_, opts_.queryTile, opts_.kvTile}, {t.heads, t.rows, bk});
   }
-  SmallVector<AffineMap> rowMaps(unsigned nIn, unsigned nOut) {
-    return SmallVector<AffineMap>(nIn + nOut, map(2, {0, 1}));
-  }
 
-  AttentionChain c_;
+  AttentionOp op_;
   const FlashAttentionOptions &opts_;
   IRRewriter b_;
   Location loc_;
   int64_t g_ = 0, d_ = 0;
-  Value scale2_;    // scale * log2(e), when the scale multiply is recognized
-  Value scaleOrig_; // the value it replaces
+  ModifierScaling scaling_; // scale * log2(e), or log2(e) on the result
 };
 
-/// The cloned score modifier for one tile: indices offset to the tile, and
-/// log2(e) folded into the scale (bias terms multiplied by log2(e)), so the
-/// scores come out in the base-2 domain of exp2.
+/// The score modifier for one tile, its indices offset to the tile, in the
+/// base-2 domain of exp2 (log2(e) folded into the scale and the bias, or
+/// applied to the result).
 Value FlashRewriter::modifiedScores(OpBuilder &b, Value s, Value i0, Value j0,
                                     Value bq, Value bk) {
-  SmallVector<Value> operands{s};
-  if (c_.modifier.getNumDpsInputs() == 2) {
-    Value bias = c_.modifier.getDpsInputs()[1];
+  Value biasTile;
+  if (Value bias = op_.getBias()) {
     SmallVector<OpFoldResult> off{b.getIndexAttr(0), i0, j0};
     SmallVector<OpFoldResult> sz{b.getIndexAttr(g_), bq, bk};
     SmallVector<OpFoldResult> st(3, b.getIndexAttr(1));
-    operands.push_back(
-        tensor::ExtractSliceOp::create(b, loc_, bias, off, sz, st));
+    biasTile = tensor::ExtractSliceOp::create(b, loc_, bias, off, sz, st);
   }
-  operands.push_back(tile(b, {g_, opts_.queryTile, opts_.kvTile},
-                          {b.getIndexAttr(g_), bq, bk}));
-  auto clone = cast<linalg::GenericOp>(mlir::clone(
-      b, c_.modifier, TypeRange{operands.back().getType()}, operands));
-  clone->setAttr(kFlashModifierAttr, b.getUnitAttr());
+  Value init = tile(b, {g_, opts_.queryTile, opts_.kvTile},
+                    {b.getIndexAttr(g_), bq, bk});
+  Value scores =
+      withRole(scoreModifier(b, loc_, op_, s, biasTile, init, scaling_),
+               FlashRole::Modifier);
   IRRewriter rw(b);
-  linalg::offsetIndices(rw, cast<linalg::LinalgOp>(clone.getOperation()),
+  linalg::offsetIndices(rw, cast<linalg::LinalgOp>(scores.getDefiningOp()),
                         {OpFoldResult(b.getIndexAttr(0)), i0, j0});
-
-  Block *body = clone.getBody();
-  const double log2e = 1.4426950408889634;
-  bool folded = false;
-  if (scale2_) {
-    for (Operation &op : *body) {
-      auto mul = dyn_cast<arith::MulFOp>(op);
-      if (mul && mul.getLhs() == body->getArgument(0) &&
-          mul.getRhs() == scaleOrig_) {
-        mul.getRhsMutable().assign(scale2_);
-        folded = true;
-      }
-    }
-  }
-  OpBuilder bb = OpBuilder::atBlockBegin(body);
-  if (folded) {
-    // Every other input (the bias) enters the score additively.
-    for (unsigned a = 1; a < clone.getNumDpsInputs(); ++a) {
-      BlockArgument arg = body->getArgument(a);
-      Value l2e =
-          arith::ConstantOp::create(bb, loc_, bb.getF32FloatAttr(log2e));
-      Value scaled = arith::MulFOp::create(bb, loc_, arg, l2e);
-      arg.replaceAllUsesExcept(scaled, scaled.getDefiningOp());
-    }
-  } else {
-    auto yield = cast<linalg::YieldOp>(body->getTerminator());
-    bb.setInsertionPoint(yield);
-    Value l2e = arith::ConstantOp::create(bb, loc_, bb.getF32FloatAttr(log2e));
-    Value scaled = arith::MulFOp::create(bb, loc_, yield->getOperand(0), l2e);
-    yield->setOperand(0, scaled);
-  }
-  return clone->getResult(0);
+  return scores;
 }
 
 /// [lo, hi): the keys any query of rows [i0, i0 + bq) may see.
@@ -395,12 +266,11 @@ std::pair<Value, Value> FlashRewriter::keyRange(OpBuilder &b, Value i0,
                                                 Value bq, Value n) {
   Value zero = cstI(b, 0), one = cstI(b, 1);
   Value lo = zero, hi = n;
-  KeyBounds kb = analyzeMask(c_.modifier);
-  Region &body = c_.modifier.getRegion();
+  KeyBounds kb = analyzeMask(op_);
   Value lastRow = arith::SubIOp::create(
       b, loc_, arith::AddIOp::create(b, loc_, i0, bq), one);
   for (arith::CmpIOp cmp : kb.upper) {
-    Value bound = materializeBound(b, loc_, cmp.getRhs(), lastRow, body);
+    Value bound = materializeBound(b, loc_, cmp.getRhs(), lastRow, op_);
     if (!bound)
       continue;
     if (cmp.getPredicate() == arith::CmpIPredicate::sle)
@@ -408,7 +278,7 @@ std::pair<Value, Value> FlashRewriter::keyRange(OpBuilder &b, Value i0,
     hi = arith::MinSIOp::create(b, loc_, hi, bound);
   }
   for (arith::CmpIOp cmp : kb.lower) {
-    Value bound = materializeBound(b, loc_, cmp.getRhs(), i0, body);
+    Value bound = materializeBound(b, loc_, cmp.getRhs(), i0, op_);
     if (!bound)
       continue;
     if (cmp.getPredicate() == arith::CmpIPredicate::sgt)
@@ -420,37 +290,34 @@ std::pair<Value, Value> FlashRewriter::keyRange(OpBuilder &b, Value i0,
 }
 
 void FlashRewriter::rewrite() {
-  Value q = c_.qk.getDpsInputs()[0];
-  auto qTy = cast<RankedTensorType>(q.getType());
-  g_ = qTy.getDimSize(0);
-  d_ = qTy.getDimSize(2);
+  g_ = op_.groupSize();
+  d_ = op_.headDim();
   foldLog2eIntoScale();
   scf::ForOp outer = emitQueryLoop();
-  replaceChain(outer);
+  b_.replaceOp(op_, outer.getResults());
 }
 
 void FlashRewriter::foldLog2eIntoScale() {
-  // The modifier multiplies S by a value from above; do it once here.
-  for (Operation &op : *c_.modifier.getBody()) {
-    auto mul = dyn_cast<arith::MulFOp>(op);
-    if (mul && mul.getLhs() == c_.modifier.getBody()->getArgument(0) &&
-        !c_.modifier.getRegion().isAncestor(mul.getRhs().getParentRegion())) {
-      scaleOrig_ = mul.getRhs();
-      scale2_ = arith::MulFOp::create(
-          b_, loc_, scaleOrig_,
-          cstF(b_, static_cast<float>(1.4426950408889634)));
-      break;
-    }
+  // exp2 needs scores in log2 units. When the modifier is additive in the
+  // score and the bias, multiplying the scale (once, here) and the bias by
+  // log2(e) does it; otherwise each modified score is multiplied.
+  if (modifierIsAdditive(op_)) {
+    scaling_.scale = arith::MulFOp::create(
+        b_, loc_, op_.getScale(), cstF(b_, static_cast<float>(kLog2e)));
+    scaling_.log2eOnBias = true;
+  } else {
+    scaling_.scale = op_.getScale();
+    scaling_.log2eOnResult = true;
   }
 }
 
 scf::ForOp FlashRewriter::emitQueryLoop() {
-  Value q = c_.qk.getDpsInputs()[0], k = c_.qk.getDpsInputs()[1];
-  Value v = c_.pv.getDpsInputs()[1];
+  Value q = op_.getQuery(), k = op_.getKey(), v = op_.getValue();
   Type f32 = b_.getF32Type();
   Value m = tensor::DimOp::create(b_, loc_, q, 1);
-  Value n = vTransposed() ? tensor::DimOp::create(b_, loc_, v, 1).getResult()
-                          : tensor::DimOp::create(b_, loc_, k, 0).getResult();
+  Value n = op_.getVTransposed()
+                ? tensor::DimOp::create(b_, loc_, v, 1).getResult()
+                : tensor::DimOp::create(b_, loc_, k, 0).getResult();
   Value outInit = tensor::EmptyOp::create(
       b_, loc_,
       ArrayRef<OpFoldResult>{b_.getIndexAttr(g_), m, b_.getIndexAttr(d_)}, f32);
@@ -462,19 +329,12 @@ scf::ForOp FlashRewriter::emitQueryLoop() {
       [&](OpBuilder &b, Location loc, Value i0, ValueRange outerArgs) {
         emitQueryTile(b, i0, m, n, outerArgs);
       });
-  outer->setAttr(kFlashQueryLoopAttr, b_.getUnitAttr());
+  setFlashRole(outer, FlashRole::QueryLoop);
   return outer;
-}
-
-bool FlashRewriter::vTransposed() {
-  // V is transposed when its first index is the output's head_dim index.
-  return c_.pv.getIndexingMapsArray()[1].getResult(0) ==
-         c_.pv.getIndexingMapsArray()[2].getResult(2);
 }
 
 void FlashRewriter::emitQueryTile(OpBuilder &b, Value i0, Value m, Value n,
                                   ValueRange outerArgs) {
-  Value q = c_.qk.getDpsInputs()[0];
   QueryTile t;
   t.i0 = i0;
   t.rows = arith::MinSIOp::create(b, loc_, cstI(b, opts_.queryTile),
@@ -482,7 +342,7 @@ void FlashRewriter::emitQueryTile(OpBuilder &b, Value i0, Value m, Value n,
   t.heads = b.getIndexAttr(g_);
   t.dim = b.getIndexAttr(d_);
   t.q = tensor::ExtractSliceOp::create(
-      b, loc_, q,
+      b, loc_, op_.getQuery(),
       ArrayRef<OpFoldResult>{b.getIndexAttr(0), i0, b.getIndexAttr(0)},
       ArrayRef<OpFoldResult>{t.heads, t.rows, t.dim},
       ArrayRef<OpFoldResult>(SmallVector<OpFoldResult>(3, b.getIndexAttr(1))));
@@ -497,62 +357,52 @@ void FlashRewriter::emitQueryTile(OpBuilder &b, Value i0, Value m, Value n,
       [&](OpBuilder &b, Location loc, Value j0, ValueRange running) {
         emitKvTile(b, t, j0, running);
       });
-  inner->setAttr(kFlashKvLoopAttr, b.getUnitAttr());
+  setFlashRole(inner, FlashRole::KvLoop);
   writeRows(b, t, inner.getResult(0), inner.getResult(1), inner.getResult(2),
             outerArgs);
 }
 
 void FlashRewriter::emitKvTile(OpBuilder &b, const QueryTile &t, Value j0,
                                ValueRange running) {
-  Value k = c_.qk.getDpsInputs()[1], v = c_.pv.getDpsInputs()[1];
+  Value k = op_.getKey(), v = op_.getValue();
+  const bool vt = op_.getVTransposed();
   Value mOld = running[0], lOld = running[1], accOld = running[2];
   Value bk = arith::MinSIOp::create(b, loc_, cstI(b, opts_.kvTile),
                                     arith::SubIOp::create(b, loc_, t.hi, j0));
   SmallVector<OpFoldResult> ones2(2, b.getIndexAttr(1));
-  Value kTile = tensor::ExtractSliceOp::create(
-      b, loc_, k, ArrayRef<OpFoldResult>{j0, b.getIndexAttr(0)},
-      ArrayRef<OpFoldResult>{bk, t.dim}, ones2);
-  Value vTile =
-      vTransposed()
-          ? tensor::ExtractSliceOp::create(
-                b, loc_, v, ArrayRef<OpFoldResult>{b.getIndexAttr(0), j0},
-                ArrayRef<OpFoldResult>{t.dim, bk}, ones2)
-                .getResult()
-          : tensor::ExtractSliceOp::create(
-                b, loc_, v, ArrayRef<OpFoldResult>{j0, b.getIndexAttr(0)},
-                ArrayRef<OpFoldResult>{bk, t.dim}, ones2)
-                .getResult();
+  auto rowsOf = [&](Value x, bool transposed) {
+    SmallVector<OpFoldResult> off{j0, b.getIndexAttr(0)}, size{bk, t.dim};
+    if (transposed) {
+      std::swap(off[0], off[1]);
+      std::swap(size[0], size[1]);
+    }
+    return tensor::ExtractSliceOp::create(b, loc_, x, off, size, ones2)
+        .getResult();
+  };
+  Value kTile = rowsOf(k, false);
+  Value vTile = rowsOf(v, vt);
 
   // The one QKᵀ of this tile, then the score modifier.
   Value sInit = fill(b, scoreTile(b, t, bk), 0.0f);
-  Operation *qkOp = mlir::clone(b, c_.qk, TypeRange{sInit.getType()},
-                                ValueRange{t.q, kTile, sInit});
-  qkOp->setAttr(kFlashQkAttr, b.getUnitAttr());
-  Value s2 = modifiedScores(b, qkOp->getResult(0), t.i0, j0, t.rows, bk);
+  Value s = withRole(qkT(b, loc_, t.q, kTile, sInit), FlashRole::Qk);
+  Value s2 = modifiedScores(b, s, t.i0, j0, t.rows, bk);
 
   const MaxUpdate upd = updateMax(b, t, s2, mOld);
   Value p = probabilities(b, t, bk, s2, upd.safe);
   // l = l * alpha + rowsum(P); acc = acc * alpha + P·V.
-  Value lScaled = genericOne(
-      b, ValueRange{upd.alpha}, ValueRange{lOld}, rowMaps(1, 1), {kPar, kPar},
-      [&](OpBuilder &b, Location loc, ValueRange a) {
+  Value lNew = rowSum(b, loc_, p, rescaled(b, upd.alpha, lOld));
+  Value accNew = withRole(
+      pv(b, loc_, p, vTile, rescaled(b, upd.alpha, accOld), vt), FlashRole::Pv);
+  scf::YieldOp::create(b, loc_, ValueRange{upd.max, lNew, accNew});
+}
+
+Value FlashRewriter::rescaled(OpBuilder &b, Value alpha, Value x) {
+  return elementwise(
+      b, loc_, ValueRange{alpha}, x,
+      [](OpBuilder &b, Location loc, ValueRange a) {
         linalg::YieldOp::create(
             b, loc, arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
       });
-  Value lNew =
-      mlir::clone(b, c_.sum, TypeRange{lOld.getType()}, ValueRange{p, lScaled})
-          ->getResult(0);
-  Value accScaled = genericOne(
-      b, ValueRange{upd.alpha}, ValueRange{accOld},
-      {map(3, {0, 1}), map(3, {0, 1, 2})}, {kPar, kPar, kPar},
-      [&](OpBuilder &b, Location loc, ValueRange a) {
-        linalg::YieldOp::create(
-            b, loc, arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
-      });
-  Operation *pvOp = mlir::clone(b, c_.pv, TypeRange{accOld.getType()},
-                                ValueRange{p, vTile, accScaled});
-  pvOp->setAttr(kFlashPvAttr, b.getUnitAttr());
-  scf::YieldOp::create(b, loc_, ValueRange{upd.max, lNew, pvOp->getResult(0)});
 }
 
 FlashRewriter::MaxUpdate FlashRewriter::updateMax(OpBuilder &b,
@@ -560,16 +410,15 @@ FlashRewriter::MaxUpdate FlashRewriter::updateMax(OpBuilder &b,
                                                   Value mOld) {
   // Row max of the tile, then the new running max, the safe max (0 while
   // the row has seen only -inf) and the rescale factor.
-  Value mTile = mlir::clone(b, c_.max, TypeRange{mOld.getType()},
-                            ValueRange{s2, fill(b, rowTile(b, t), kNegInf)})
-                    ->getResult(0);
+  Value mTile = rowMax(b, loc_, s2, fill(b, rowTile(b, t), kNegInf));
   Value safeInit = rowTile(b, t);
   Value alphaInit = rowTile(b, t);
   auto upd = linalg::GenericOp::create(
       b, loc_,
       TypeRange{mOld.getType(), safeInit.getType(), alphaInit.getType()},
-      ValueRange{mTile}, ValueRange{mOld, safeInit, alphaInit}, rowMaps(1, 3),
-      ArrayRef<IteratorType>{kPar, kPar},
+      ValueRange{mTile}, ValueRange{mOld, safeInit, alphaInit},
+      SmallVector<AffineMap>(4, map(2, {0, 1})),
+      SmallVector<utils::IteratorType>(2, utils::IteratorType::parallel),
       [&](OpBuilder &b, Location loc, ValueRange a) {
         Value mn = arith::MaximumFOp::create(b, loc, a[1], a[0]);
         Value isNinf = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
@@ -585,25 +434,24 @@ FlashRewriter::MaxUpdate FlashRewriter::updateMax(OpBuilder &b,
 Value FlashRewriter::probabilities(OpBuilder &b, const QueryTile &t, Value bk,
                                    Value s2, Value mSafe) {
   // P = exp2(S' - m): scores already carry log2(e).
-  return genericOne(b, ValueRange{s2, mSafe}, ValueRange{scoreTile(b, t, bk)},
-                    {map(3, {0, 1, 2}), map(3, {0, 1}), map(3, {0, 1, 2})},
-                    {kPar, kPar, kPar},
-                    [&](OpBuilder &b, Location loc, ValueRange a) {
-                      linalg::YieldOp::create(
-                          b, loc,
-                          math::Exp2Op::create(
-                              b, loc, arith::SubFOp::create(b, loc, a[0], a[1]))
-                              .getResult());
-                    });
+  return elementwise(
+      b, loc_, ValueRange{s2, mSafe}, scoreTile(b, t, bk),
+      [](OpBuilder &b, Location loc, ValueRange a) {
+        linalg::YieldOp::create(
+            b, loc,
+            math::Exp2Op::create(b, loc,
+                                 arith::SubFOp::create(b, loc, a[0], a[1]))
+                .getResult());
+      });
 }
 
 void FlashRewriter::writeRows(OpBuilder &b, const QueryTile &t, Value mFin,
                               Value lFin, Value accFin, ValueRange outerArgs) {
   // 1/l once per row (0 for a fully masked row), then one multiply per
   // output element.
-  Value inv = genericOne(
-      b, ValueRange{lFin}, ValueRange{rowTile(b, t)}, rowMaps(1, 1),
-      {kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
+  Value inv = elementwise(
+      b, loc_, ValueRange{lFin}, rowTile(b, t),
+      [&](OpBuilder &b, Location loc, ValueRange a) {
         Value zero = cstF(b, 0.0f);
         Value isZero = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
                                              a[0], zero);
@@ -624,24 +472,23 @@ void FlashRewriter::writeRows(OpBuilder &b, const QueryTile &t, Value mFin,
       tensor::ExtractSliceOp::create(b, loc_, outerArgs[0], oOff, oSize, ones3);
   Value lDest =
       tensor::ExtractSliceOp::create(b, loc_, outerArgs[1], lOff, lSize, ones2);
-  Value oTile = genericOne(
-      b, ValueRange{inv, accFin}, ValueRange{oDest},
-      {map(3, {0, 1}), map(3, {0, 1, 2}), map(3, {0, 1, 2})},
-      {kPar, kPar, kPar}, [&](OpBuilder &b, Location loc, ValueRange a) {
+  Value oTile = elementwise(
+      b, loc_, ValueRange{inv, accFin}, oDest,
+      [](OpBuilder &b, Location loc, ValueRange a) {
         linalg::YieldOp::create(
             b, loc, arith::MulFOp::create(b, loc, a[1], a[0]).getResult());
       });
   // LSE in natural log: (m + log2 l) * ln 2, -inf for an empty row.
-  Value lseTile = genericOne(
-      b, ValueRange{mFin, lFin}, ValueRange{lDest}, rowMaps(2, 1), {kPar, kPar},
+  Value lseTile = elementwise(
+      b, loc_, ValueRange{mFin, lFin}, lDest,
       [&](OpBuilder &b, Location loc, ValueRange a) {
         Value zero = cstF(b, 0.0f);
         Value isZero = arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ,
                                              a[1], zero);
         Value sum = arith::AddFOp::create(b, loc, a[0],
                                           math::Log2Op::create(b, loc, a[1]));
-        Value nat =
-            arith::MulFOp::create(b, loc, sum, cstF(b, 0.6931471805599453f));
+        Value nat = arith::MulFOp::create(b, loc, sum,
+                                          cstF(b, static_cast<float>(kLn2)));
         linalg::YieldOp::create(
             b, loc,
             arith::SelectOp::create(b, loc, isZero, cstF(b, kNegInf), nat)
@@ -652,18 +499,6 @@ void FlashRewriter::writeRows(OpBuilder &b, const QueryTile &t, Value mFin,
   Value lseNew = tensor::InsertSliceOp::create(b, loc_, lseTile, outerArgs[1],
                                                lOff, lSize, ones2);
   scf::YieldOp::create(b, loc_, ValueRange{outNew, lseNew});
-}
-
-void FlashRewriter::replaceChain(scf::ForOp outer) {
-  b_.replaceAllUsesWith(c_.pv->getResult(0), outer.getResult(0));
-  if (c_.lse)
-    b_.replaceAllUsesWith(c_.lse->getResult(0), outer.getResult(1));
-  for (Operation *op :
-       {c_.lse.getOperation(), c_.pv.getOperation(), c_.div.getOperation(),
-        c_.sum.getOperation(), c_.exp.getOperation(), c_.max.getOperation(),
-        c_.modifier.getOperation(), c_.qk.getOperation()})
-    if (op)
-      b_.eraseOp(op);
 }
 
 class FlashAttentionPass : public impl::FlashAttentionBase<FlashAttentionPass> {
@@ -678,20 +513,11 @@ public:
           << queryTile.getValue() << ", kv-tile=" << kvTile.getValue() << ")";
       return signalPassFailure();
     }
-    SmallVector<AttentionChain> chains;
-    getOperation().walk([&](linalg::GenericOp op) {
-      if (auto c = matchChain(op))
-        chains.push_back(*c);
-    });
+    SmallVector<AttentionOp> ops;
+    getOperation().walk([&](AttentionOp op) { ops.push_back(op); });
     FlashAttentionOptions opts{queryTile, kvTile};
-    for (const AttentionChain &c : chains)
-      FlashRewriter(c, opts).rewrite();
-    // The naive chain's inits (S×S tensor.empty, fills) are now dead; one
-    // reverse sweep erases users before their operands.
-    for (Operation &op : llvm::make_early_inc_range(
-             llvm::reverse(getOperation().getBody().front())))
-      if (isOpTriviallyDead(&op))
-        op.erase();
+    for (AttentionOp op : ops)
+      FlashRewriter(op, opts).rewrite();
   }
 };
 

@@ -1,4 +1,5 @@
-// Builds the naive attention of one specialization as Linalg on tensors.
+// Builds the attention of one specialization (an attnkit.attention on
+// tensors) and the KV append.
 #ifndef ATTNKIT_COMPILED_IR_BUILDER_H_
 #define ATTNKIT_COMPILED_IR_BUILDER_H_
 
@@ -21,12 +22,12 @@ inline constexpr const char *kKernelName = "attention";
 void registerCompiledDialects(mlir::DialectRegistry &registry);
 
 /// Emits `func.func @attention` computing, for one (batch, kv-head) pair and
-/// its `group` query heads, the naive attention (materialized scores, a
-/// separate softmax, then P·V):
-///   S = Q·Kᵀ; S' = mask(S·scale [+ bias]); M = rowmax S'; E = exp(S' - M);
-///   L = rowsum E; P = E / L; O = P·V; LSE = M + log L
-/// as linalg.generic ops on tensors. head_dim and group are static, every
-/// sequence length is dynamic. Arguments (strides are run-time values):
+/// its `group` query heads, one attnkit.attention (AttnkitOps.td) on tensor
+/// views of the arguments, its results materialized into `out` and `lse`:
+///   S = Q·Kᵀ·scale; S' = mask(S [+ bias]); P = softmax(S'); O = P·V;
+///   LSE = log rowsum exp S'
+/// head_dim and group are static, every sequence length is dynamic.
+/// Arguments (strides are run-time values):
 ///   q    memref<G x ? x D x T>   out  memref<G x ? x D x f32>
 ///   k    memref<? x D x T>       lse  memref<G x ? x f32>
 ///   v    memref<? x D x T>  (or memref<D x ? x T> for transposed V)
@@ -34,10 +35,11 @@ void registerCompiledDialects(mlir::DialectRegistry &registry);
 ///   scale f32, p0 index (= kv_len - q_len, the position of query 0),
 ///   window index (ignored unless kWindow).
 /// Query i sits at position p = p0 + i; causal keeps keys j <= p, window keeps
-/// p - window < j <= p. A row whose keys are all masked yields zeros and
-/// LSE = -inf.
-mlir::OwningOpRef<mlir::ModuleOp> buildNaiveAttention(mlir::MLIRContext &ctx,
-                                                      const KernelSpec &spec);
+/// p - window < j <= p (the op's modifier region). A row whose keys are all
+/// masked yields zeros and LSE = -inf. attnkit-decompose-attention turns it
+/// into the naive Linalg chain, attnkit-flash-attention into the flash form.
+mlir::OwningOpRef<mlir::ModuleOp> buildAttention(mlir::MLIRContext &ctx,
+                                                 const KernelSpec &spec);
 
 /// Name of the KV-append function buildKvAppend emits.
 inline constexpr const char *kAppendName = "kv_append";

@@ -263,7 +263,7 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   registerCompiledDialects(registry);
   mlir::registerAllToLLVMIRTranslations(registry);
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildNaiveAttention(ctx, spec);
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildAttention(ctx, spec);
   PipelineOptions pipeline;
   pipeline.flash.queryTile = spec.queryTile;
   pipeline.flash.kvTile = options.kvTile;

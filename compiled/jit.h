@@ -30,7 +30,7 @@ template <int N> struct MemRefDesc {
   int64_t strides[N];
 };
 
-/// `_mlir_ciface_attention`, see buildNaiveAttention for the arguments.
+/// `_mlir_ciface_attention`, see buildAttention for the arguments.
 using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
                              MemRefDesc<2> *v, MemRefDesc<3> *bias,
                              MemRefDesc<3> *out, MemRefDesc<2> *lse,

@@ -11,18 +11,11 @@
 
 namespace attnkit::compiled {
 
-// FlashAttentionOptions {queryTile, kvTile}, createFlashAttention(),
-// createVectorizeFlash(), createApproximateMath() (Passes.td).
+// FlashAttentionOptions {queryTile, kvTile}, createDecomposeAttention(),
+// createFlashAttention(), createVectorizeFlash(), createApproximateMath()
+// (Passes.td).
 #define GEN_PASS_DECL
 #include "compiled/Passes.h.inc"
-
-/// Markers the flash rewrite leaves on the loops and tile ops it creates, so
-/// the vectorizer (vectorize_flash_pass.cc) can find the structure again.
-inline constexpr const char *kFlashQueryLoopAttr = "attnkit.flash.query_loop";
-inline constexpr const char *kFlashKvLoopAttr = "attnkit.flash.kv_loop";
-inline constexpr const char *kFlashQkAttr = "attnkit.flash.qk";
-inline constexpr const char *kFlashModifierAttr = "attnkit.flash.modifier";
-inline constexpr const char *kFlashPvAttr = "attnkit.flash.pv";
 
 /// registerAttnkitPasses(): every attnkit pass in the global registry, for
 /// the tools' command lines (attnkit-opt). Called by tool mains only: the

@@ -98,8 +98,12 @@ std::unique_ptr<Pass> flashPass(const PipelineOptions &options) {
 
 LogicalResult lowerToStage(ModuleOp module, Stage stage,
                            const PipelineOptions &options) {
-  if (stage == Stage::kNaive)
+  if (stage == Stage::kAttention)
     return success();
+  if (stage == Stage::kNaive)
+    return runPipeline(
+        module, {{.create = createDecomposeAttention, .onFunctions = true}},
+        options);
   {
     PassManager pm(module->getName());
     if (options.printIrAfterAll) {
@@ -110,6 +114,9 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
                           /*printAfterOnlyOnChange=*/false);
     }
     pm.addNestedPass<func::FuncOp>(flashPass(options));
+    // Every attention op is flash-rewritten; one that were not would lower
+    // through the naive chain rather than be left to fail bufferization.
+    pm.addNestedPass<func::FuncOp>(createDecomposeAttention());
     pm.addPass(createCSEPass());
     if (failed(pm.run(module)))
       return failure();

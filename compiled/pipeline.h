@@ -1,5 +1,6 @@
-// Lowering of the attention module stage by stage: naive Linalg -> flash form
-// -> bufferized, loop/vector code -> LLVM dialect.
+// Lowering of the attention module stage by stage: attnkit.attention -> naive
+// Linalg (a dump) or flash form -> bufferized, loop/vector code -> LLVM
+// dialect.
 #ifndef ATTNKIT_COMPILED_PIPELINE_H_
 #define ATTNKIT_COMPILED_PIPELINE_H_
 
@@ -13,12 +14,13 @@
 
 namespace attnkit::compiled {
 
-enum class Stage { kNaive, kFused, kVectorized, kLLVM };
+enum class Stage { kAttention, kNaive, kFused, kVectorized, kLLVM };
 
-/// The stages by name, as `attnkit-compile --emit=` spells them: the naive
-/// Linalg module, its flash form, the bufferized loop/vector code, the LLVM
-/// dialect.
+/// The stages by name, as `attnkit-compile --emit=` spells them: the
+/// attnkit.attention op as built, its naive Linalg chain, its flash form, the
+/// bufferized loop/vector code, the LLVM dialect.
 inline constexpr auto kStageNames = MakeEnumTable<Stage>({
+    {Stage::kAttention, "attention"},
     {Stage::kNaive, "naive"},
     {Stage::kFused, "fused"},
     {Stage::kVectorized, "vectorized"},
@@ -32,7 +34,7 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 };
 
-/// Lowers `module` (as built by buildNaiveAttention) to `stage`.
+/// Lowers `module` (as built by buildAttention) to `stage`.
 mlir::LogicalResult lowerToStage(mlir::ModuleOp module, Stage stage,
                                  const PipelineOptions &options = {});
 

@@ -2,7 +2,8 @@
 //
 // `attnkit-vectorize-flash` takes the FlashAttention form that
 // `attnkit-flash-attention` produces (a query-tile scf.for around the KV-tile
-// scf.for, tile ops marked with attnkit.flash.* attributes) and replaces each
+// scf.for, each loop and tile op carrying its #attnkit.flash_role) and
+// replaces each
 // query-tile loop by register-blocked vector-dialect code on the memrefs the
 // tensors came from. What it keeps from the fused form: the query-tile loop
 // bounds, the per-tile key range [lo, hi) (masked tiles stay skipped), the
@@ -30,12 +31,12 @@
 //
 // Before (fused form, abbreviated):
 //   %r:2 = scf.for %i0 = %c0 to %m step %c16 iter_args(%o, %lse)
-//                  {attnkit.flash.query_loop} {
+//                  {attnkit.flash_role = #attnkit.flash_role<query_loop>} {
 //     %lo, %hi = <key range>
 //     %f:3 = scf.for %j0 = %lo to %hi step %c64 iter_args(...)
-//                    {attnkit.flash.kv_loop} {
-//       linalg.generic {attnkit.flash.qk} ...  linalg.generic
-//       {attnkit.flash.modifier} ... linalg.generic {attnkit.flash.pv} ...
+//                    {... <kv_loop>} {
+//       linalg.generic {... <qk>} ...  linalg.generic {... <modifier>} ...
+//       linalg.generic {... <pv>} ...
 //     } ...
 //   }
 //   bufferization.materialize_in_destination %r#0 in %out
@@ -55,6 +56,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "compiled/attnkit_dialect.h"
 #include "compiled/passes.h"
 #include "compiled/vector_emitter.h"
 #include "compiled/vectorize_match.h"
@@ -83,7 +85,7 @@ public:
   void runOnOperation() override {
     SmallVector<FlashLoop> loops;
     getOperation().walk([&](scf::ForOp op) {
-      if (!op->hasAttr(kFlashQueryLoopAttr))
+      if (!hasFlashRole(op, FlashRole::QueryLoop))
         return;
       if (auto f = matchFlashLoop(op))
         loops.push_back(*f);

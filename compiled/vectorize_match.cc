@@ -1,6 +1,6 @@
 #include "compiled/vectorize_match.h"
 
-#include "compiled/passes.h"
+#include "compiled/attnkit_dialect.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -85,17 +85,17 @@ std::optional<FlashLoop> matchFlashLoop(scf::ForOp outer) {
   FlashLoop f;
   f.outer = outer;
   for (Operation &op : *outer.getBody())
-    if (op.hasAttr(kFlashKvLoopAttr))
+    if (hasFlashRole(&op, FlashRole::KvLoop))
       f.inner = dyn_cast<scf::ForOp>(op);
   if (!f.inner)
     return std::nullopt;
   linalg::GenericOp qk, pv;
   f.inner.getBody()->walk([&](linalg::GenericOp op) {
-    if (op->hasAttr(kFlashQkAttr))
+    if (hasFlashRole(op, FlashRole::Qk))
       qk = op;
-    if (op->hasAttr(kFlashPvAttr))
+    if (hasFlashRole(op, FlashRole::Pv))
       pv = op;
-    if (op->hasAttr(kFlashModifierAttr))
+    if (hasFlashRole(op, FlashRole::Modifier))
       f.modifier = op;
   });
   if (!qk || !pv || !f.modifier)

@@ -1,7 +1,7 @@
 // attnkit-vectorize-flash, part 1: finding the fused form. A query-tile
-// loop marked by attnkit-flash-attention, its KV loop, tile ops and the
-// memrefs its tensors came from (vectorize_flash_pass.cc has the pass and
-// its documentation).
+// loop with the query_loop flash role from attnkit-flash-attention, its KV
+// loop, tile ops and the memrefs its tensors came from (vectorize_flash_pass.cc
+// has the pass and its documentation).
 #ifndef ATTNKIT_COMPILED_VECTORIZE_MATCH_H_
 #define ATTNKIT_COMPILED_VECTORIZE_MATCH_H_
 
@@ -31,7 +31,7 @@ struct FlashLoop {
   int64_t g = 0, d = 0, bq = 0, bk = 0;
 };
 
-/// The fused form behind a marked query-tile loop, or nullopt when the loop
+/// The fused form behind a query_loop-role loop, or nullopt when the loop
 /// is not it (or its modifier uses something the emitter cannot re-emit on
 /// vectors).
 std::optional<FlashLoop> matchFlashLoop(mlir::scf::ForOp outer);

@@ -7,17 +7,17 @@
 // KV: error: tile sizes must be positive (query-tile=16, kv-tile=-4)
 // A decode problem (one query row): one KV loop of 64-key tiles, its query
 // loop a single step of one row.
-// RUN: attnkit-compile --emit=naive --head-dim 16 --heads 4 --kv-heads 2 --q-len 1 --kv-len 300 \
+// RUN: attnkit-compile --emit=attention --head-dim 16 --heads 4 --kv-heads 2 --q-len 1 --kv-len 300 \
 // RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | FileCheck %s --check-prefix=DECODE
 // DECODE-LABEL: func.func @attention
 // DECODE:       scf.for %{{.*}} step %c1{{[_0-9]*}} iter_args(
 // DECODE:         scf.for %{{.*}} step %c64{{[_0-9]*}} iter_args({{.*}}) -> (tensor<2x?xf32>, tensor<2x?xf32>, tensor<2x?x16xf32>)
-// DECODE:         } {attnkit.flash.kv_loop}
-// DECODE:       } {attnkit.flash.query_loop}
+// DECODE:         } {attnkit.flash_role = #attnkit.flash_role<kv_loop>}
+// DECODE:       } {attnkit.flash_role = #attnkit.flash_role<query_loop>}
 // DECODE-NOT:   tensor<2x?x?xf32>
 
-// Only a part of the chain (Q.K^T alone, no softmax or P.V): not attention,
-// left as it is.
+// The pass matches attnkit.attention, not bodies: linalg that computes a part
+// of attention (Q.K^T alone) is left as it is.
 // CHECK-LABEL: func.func @qk_only
 // CHECK:         linalg.generic
 // CHECK-NOT:     scf.for
@@ -52,4 +52,33 @@ func.func private @external(tensor<?x16xf32>) -> tensor<?x16xf32>
 func.func @scalar(%x: f32) -> f32 {
   %y = arith.addf %x, %x : f32
   return %y : f32
+}
+
+// -----
+
+// A modifier that is not additive in the score (x * 0.5, a soft cap): log2(e)
+// cannot fold into the scale, so the modified score itself is multiplied by
+// it, and the scale is used as given.
+// CHECK-LABEL: func.func @not_additive
+// CHECK-NOT:     arith.mulf %arg3, %{{.*}} : f32
+// CHECK:         scf.for
+// CHECK:           scf.for
+// CHECK:             linalg.generic {{.*}}attnkit.flash_role = #attnkit.flash_role<modifier>
+// CHECK:               %[[X:.*]] = arith.mulf %{{.*}}, %arg3 : f32
+// CHECK:               %[[C:.*]] = arith.mulf %[[X]], %{{.*}} : f32
+// CHECK:               %[[L:.*]] = arith.mulf %[[C]], %{{.*}} : f32
+// CHECK-NEXT:          linalg.yield %[[L]] : f32
+// expected-error @+1 {{tile sizes must be positive (query-tile=0, kv-tile=64)}}
+func.func @not_additive(%q: tensor<2x?x16xf32>, %k: tensor<?x16xf32>,
+                        %v: tensor<?x16xf32>, %scale: f32)
+    -> (tensor<2x?x16xf32>, tensor<2x?xf32>) {
+  %o, %lse = attnkit.attention q(%q : tensor<2x?x16xf32>)
+      k(%k : tensor<?x16xf32>) v(%v : tensor<?x16xf32>) scale(%scale)
+      -> tensor<2x?x16xf32>, tensor<2x?xf32> {
+  ^bb0(%i: index, %j: index, %x: f32):
+    %half = arith.constant 0.5 : f32
+    %c = arith.mulf %x, %half : f32
+    attnkit.yield %c : f32
+  }
+  return %o, %lse : tensor<2x?x16xf32>, tensor<2x?xf32>
 }

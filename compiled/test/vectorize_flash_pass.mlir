@@ -4,7 +4,7 @@
 // Prefill (query tile 16): the marked loops become vector code on memrefs --
 // Q^T packed into a stack tile, FMAs on vector<16xf32>, no linalg or marker
 // left.
-// RUN: attnkit-compile --emit=naive --head-dim 32 --heads 2 --kv-heads 1 --q-len 40 --kv-len 100 --mask causal \
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 2 --kv-heads 1 --q-len 40 --kv-len 100 --mask causal \
 // RUN:   | attnkit-opt --attnkit-flash-attention | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=PREFILL
 // PREFILL-LABEL: func.func @attention
 // PREFILL:       memref.alloca() {{.*}} : memref<32x
@@ -15,7 +15,7 @@
 // PREFILL-NOT:   attnkit.flash
 //
 // Decode (query tile 1): K rows streamed, one reduction per key.
-// RUN: attnkit-compile --emit=naive --head-dim 32 --heads 4 --kv-heads 1 --q-len 1 --kv-len 100 \
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 1 --q-len 1 --kv-len 100 \
 // RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=DECODE
 // DECODE-LABEL: func.func @attention
 // DECODE:       vector.load {{.*}} : memref<?x32xf32{{.*}}>, vector<16xf32>
@@ -23,9 +23,9 @@
 // DECODE-NOT:   linalg.generic
 // DECODE-NOT:   attnkit.flash
 //
-// No match: an unmarked loop is not looked at; a marked loop that is not the
-// flash form is left for the linalg path, with a remark (a performance
-// cliff, not an error).
+// No match: a loop without a flash role is not looked at; a query_loop that
+// is not the flash form is left for the linalg path, with a remark (a
+// performance cliff, not an error).
 // RUN: attnkit-opt %s --split-input-file --verify-diagnostics --attnkit-vectorize-flash | FileCheck %s
 
 // CHECK-LABEL: func.func @unmarked
@@ -45,7 +45,7 @@ func.func @unmarked(%n: index, %x: f32) -> f32 {
 
 // CHECK-LABEL: func.func @marked_but_not_flash
 // CHECK:         scf.for
-// CHECK:         } {attnkit.flash.query_loop}
+// CHECK:         } {attnkit.flash_role = #attnkit.flash_role<query_loop>}
 func.func @marked_but_not_flash(%n: index, %x: f32) -> f32 {
   %c0 = arith.constant 0 : index
   %c16 = arith.constant 16 : index
@@ -53,6 +53,6 @@ func.func @marked_but_not_flash(%n: index, %x: f32) -> f32 {
   %r = scf.for %i = %c0 to %n step %c16 iter_args(%a = %x) -> f32 {
     %b = arith.addf %a, %a : f32
     scf.yield %b : f32
-  } {attnkit.flash.query_loop}
+  } {attnkit.flash_role = #attnkit.flash_role<query_loop>}
   return %r : f32
 }

@@ -1,0 +1,39 @@
+// The attnkit dialect (AttnkitOps.td): attnkit.attention, attnkit.yield and
+// the attnkit.flash_role attribute the flash rewrite leaves for the
+// vectorizer.
+#ifndef ATTNKIT_COMPILED_ATTNKIT_DIALECT_H_
+#define ATTNKIT_COMPILED_ATTNKIT_DIALECT_H_
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "compiled/AttnkitDialect.h.inc"
+#include "compiled/AttnkitEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "compiled/AttnkitAttrs.h.inc"
+
+#define GET_OP_CLASSES
+#include "compiled/AttnkitOps.h.inc"
+
+namespace attnkit::compiled {
+
+/// The name of the role attribute (`attnkit.flash_role`).
+inline constexpr llvm::StringLiteral kFlashRoleAttrName = "attnkit.flash_role";
+/// The name of the kernel functions' specialization string.
+inline constexpr llvm::StringLiteral kSpecAttrName = "attnkit.spec";
+
+/// Marks `op` as `role` of the flash form.
+void setFlashRole(mlir::Operation *op, FlashRole role);
+/// Whether `op` carries `role`.
+bool hasFlashRole(mlir::Operation *op, FlashRole role);
+
+} // namespace attnkit::compiled
+
+#endif // ATTNKIT_COMPILED_ATTNKIT_DIALECT_H_
