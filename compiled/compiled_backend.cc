@@ -102,6 +102,31 @@ public:
   Status AppendKv(const KvAppendArgs &a) override;
 
 private:
+  /// What every work item of one call shares.
+  struct Call {
+    const AttentionProblem &p;
+    const AttentionArgs &args;
+    AttentionFn fn;
+    PartialLayout layout;
+    float scale;
+    int64_t g, d;
+    bool vTransposed;
+  };
+
+  /// The kernel of `spec`: compiled (or loaded) once, then found here.
+  StatusOr<const CompiledKernel *> kernelFor(const KernelSpec &spec);
+  /// Fills items_ and merges_: query blocks of every (sequence, kv head);
+  /// decode-like problems with fewer items than threads split the keys
+  /// instead. Returns the number of split slots.
+  int64_t planItems(const AttentionProblem &p, int threads);
+  /// Grows the per-thread LSE rows and the split partials to fit.
+  void reserveWorkspaces(int threads, int64_t slots,
+                         const PartialLayout &layout, int64_t g);
+  /// The kernel on one item's views: into `out`, or into its partial slot.
+  void runItem(const Call &c, const WorkItem &w, int thread);
+  /// Merges the partials of every split item group into `out`.
+  void mergeSplits(const Call &c, int threads);
+
   /// Per-thread LSE output of unsplit items (the kernel always writes one).
   std::vector<std::vector<float>> lse_;
   /// Split partial blocks, one per split item.
@@ -128,33 +153,21 @@ MemRefDesc<N> desc(const void *base, int64_t offset,
   return d;
 }
 
-Status CompiledBackend::Attention(const AttentionProblem &p,
-                                  const AttentionArgs &args) {
-  ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
-  const KernelSpec spec = specFor(p);
-  const CompiledKernel *kernel = nullptr;
+StatusOr<const CompiledKernel *>
+CompiledBackend::kernelFor(const KernelSpec &spec) {
   for (const auto &[known, k] : kernels_)
     if (known == spec)
-      kernel = k;
-  if (!kernel) {
-    std::string error;
-    kernel = globalKernelCache().get(spec, error);
-    if (!kernel)
-      return Status::Internal("compiled kernel " + spec.key() + ": " + error);
-    kernels_.push_back({spec, kernel});
-  }
-  if (p.mask == MaskKind::kBias && args.bias.strides[3] != 1)
-    return Status::Unimplemented("compiled: bias must be unit-stride along "
-                                 "keys, got stride " +
-                                 std::to_string(args.bias.strides[3]));
+      return k;
+  std::string error;
+  const CompiledKernel *kernel = globalKernelCache().get(spec, error);
+  if (!kernel)
+    return Status::Internal("compiled kernel " + spec.key() + ": " + error);
+  kernels_.push_back({spec, kernel});
+  return kernel;
+}
 
-  const int64_t g = p.group_size(), d = p.head_dim;
-  const int threads = MaxThreads();
-
-  // Work items: query blocks of every (sequence, kv head); decode-like
-  // problems with fewer items than threads split the keys instead.
-  std::vector<WorkItem> &items = items_;
-  items.clear();
+int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads) {
+  items_.clear();
   merges_.clear();
   int64_t blocks = 0;
   for (int64_t b = 0; b < p.batch; ++b)
@@ -168,94 +181,120 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
       for (int64_t i0 = 0; i0 < ql; i0 += kRowsPerItem) {
         const int64_t rows = std::min(kRowsPerItem, ql - i0);
         if (splits == 1) {
-          items.push_back({b, kvh, i0, rows, 0, kl});
+          items_.push_back({b, kvh, i0, rows, 0, kl});
           continue;
         }
-        merges_.push_back(static_cast<int64_t>(items.size()));
+        merges_.push_back(static_cast<int64_t>(items_.size()));
         for (int64_t s = 0; s < splits; ++s) {
           const KeyRange keys = plan.Range({0, kl}, s);
           WorkItem w{b, kvh, i0, rows, keys.begin, keys.end};
           w.split = s;
           w.splits = splits;
           w.slot = slots++;
-          items.push_back(w);
+          items_.push_back(w);
         }
       }
   }
-  if (items.empty())
-    return Status::Ok();
+  return slots;
+}
 
+void CompiledBackend::reserveWorkspaces(int threads, int64_t slots,
+                                        const PartialLayout &layout,
+                                        int64_t g) {
   if (static_cast<int>(lse_.size()) < threads)
     lse_.resize(threads);
   const size_t rowsMax = static_cast<size_t>(g * kRowsPerItem);
   for (std::vector<float> &lse : lse_)
     if (lse.size() < rowsMax)
       lse.resize(rowsMax);
-  const PartialLayout layout = partialLayoutFor(g, d);
   const size_t need = static_cast<size_t>(slots) * layout.floats();
   if (partials_.size() < need)
     partials_.resize(need);
+}
 
-  const float scale = p.EffectiveScale();
-  const int64_t window = p.window;
-  const TensorView &q = args.q, &k = args.k, &v = args.v, &bias = args.bias,
-                   &out = args.out;
-  AttentionFn fn = kernel->fn();
-  const bool vt = spec.vTransposed;
+void CompiledBackend::runItem(const Call &c, const WorkItem &w, int thread) {
+  const AttentionProblem &p = c.p;
+  const TensorView &q = c.args.q, &k = c.args.k, &v = c.args.v,
+                   &bias = c.args.bias, &out = c.args.out;
+  const int64_t g = c.g, d = c.d;
+  const int64_t h0 = w.kvh * g; // first query head of the group
+  const int64_t n = w.j1 - w.j0;
+  const int64_t p0 = p.kv_lens[w.b] - p.q_lens[w.b] + w.i0 - w.j0;
+  auto qd = desc<3>(q.data, at(q, w.b, h0, 0, 0) + w.i0 * q.strides[2],
+                    {g, w.rows, d}, {q.strides[1], q.strides[2], 1});
+  auto kd = desc<2>(k.data, at(k, w.b, w.kvh, 0, 0) + w.j0 * k.strides[2],
+                    {n, d}, {k.strides[2], 1});
+  auto vd = c.vTransposed
+                ? desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
+                          {d, n}, {v.strides[3], 1})
+                : desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
+                          {n, d}, {v.strides[2], 1});
+  MemRefDesc<3> bd = desc<3>(out.data, 0, {g, 0, 0}, {0, 0, 1});
+  if (p.mask == MaskKind::kBias) {
+    const int64_t hs = bias.shape[1] == 1 ? 0 : bias.strides[1];
+    const int64_t hb = bias.shape[1] == 1 ? 0 : h0;
+    bd = desc<3>(bias.data,
+                 at(bias, w.b, hb, 0, 0) + w.i0 * bias.strides[2] +
+                     w.j0 * bias.strides[3],
+                 {g, w.rows, n}, {hs, bias.strides[2], 1});
+  }
+  if (w.split < 0) {
+    auto od = desc<3>(out.data, at(out, w.b, h0, 0, 0) + w.i0 * out.strides[2],
+                      {g, w.rows, d}, {out.strides[1], out.strides[2], 1});
+    auto ld = desc<2>(lse_[thread].data(), 0, {g, w.rows}, {w.rows, 1});
+    c.fn(&qd, &kd, &vd, &bd, &od, &ld, c.scale, p0, p.window);
+    return;
+  }
+  // The kernel writes the normalized output into the block's o rows and
+  // its LSE into the m slots; PartialFromLse turns that into the layout.
+  const PartialLayout &layout = c.layout;
+  float *block = partials_.data() + w.slot * layout.floats();
+  auto od = desc<3>(block, 0, {g, w.rows, d}, {w.rows * d, d, 1});
+  auto ld =
+      desc<2>(block, layout.rows * layout.stride, {g, w.rows}, {w.rows, 1});
+  c.fn(&qd, &kd, &vd, &bd, &od, &ld, c.scale, p0, p.window);
+  PartialFromLse(layout, block, g * w.rows);
+}
 
-  auto runItem = [&](int64_t it, int thread) {
-    const WorkItem &w = items[it];
-    const int64_t h0 = w.kvh * g; // first query head of the group
-    const int64_t n = w.j1 - w.j0;
-    const int64_t p0 = p.kv_lens[w.b] - p.q_lens[w.b] + w.i0 - w.j0;
-    auto qd = desc<3>(q.data, at(q, w.b, h0, 0, 0) + w.i0 * q.strides[2],
-                      {g, w.rows, d}, {q.strides[1], q.strides[2], 1});
-    auto kd = desc<2>(k.data, at(k, w.b, w.kvh, 0, 0) + w.j0 * k.strides[2],
-                      {n, d}, {k.strides[2], 1});
-    auto vd =
-        vt ? desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
-                     {d, n}, {v.strides[3], 1})
-           : desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
-                     {n, d}, {v.strides[2], 1});
-    MemRefDesc<3> bd = desc<3>(out.data, 0, {g, 0, 0}, {0, 0, 1});
-    if (p.mask == MaskKind::kBias) {
-      const int64_t hs = bias.shape[1] == 1 ? 0 : bias.strides[1];
-      const int64_t hb = bias.shape[1] == 1 ? 0 : h0;
-      bd = desc<3>(bias.data,
-                   at(bias, w.b, hb, 0, 0) + w.i0 * bias.strides[2] +
-                       w.j0 * bias.strides[3],
-                   {g, w.rows, n}, {hs, bias.strides[2], 1});
-    }
-    if (w.split < 0) {
-      auto od =
-          desc<3>(out.data, at(out, w.b, h0, 0, 0) + w.i0 * out.strides[2],
-                  {g, w.rows, d}, {out.strides[1], out.strides[2], 1});
-      auto ld = desc<2>(lse_[thread].data(), 0, {g, w.rows}, {w.rows, 1});
-      fn(&qd, &kd, &vd, &bd, &od, &ld, scale, p0, window);
-      return;
-    }
-    // The kernel writes the normalized output into the block's o rows and
-    // its LSE into the m slots; PartialFromLse turns that into the layout.
-    float *block = partials_.data() + w.slot * layout.floats();
-    auto od = desc<3>(block, 0, {g, w.rows, d}, {w.rows * d, d, 1});
-    auto ld =
-        desc<2>(block, layout.rows * layout.stride, {g, w.rows}, {w.rows, 1});
-    fn(&qd, &kd, &vd, &bd, &od, &ld, scale, p0, window);
-    PartialFromLse(layout, block, g * w.rows);
-  };
-  ForEachItem(static_cast<int64_t>(items.size()), threads, runItem);
-
+void CompiledBackend::mergeSplits(const Call &c, int threads) {
+  const TensorView &out = c.args.out;
   ForEachItem(
       static_cast<int64_t>(merges_.size()), threads, [&](int64_t m, int) {
-        const WorkItem &w = items[merges_[m]];
-        const float *first = partials_.data() + w.slot * layout.floats();
-        for (int64_t r = 0; r < g * w.rows; ++r) {
+        const WorkItem &w = items_[merges_[m]];
+        const float *first = partials_.data() + w.slot * c.layout.floats();
+        for (int64_t r = 0; r < c.g * w.rows; ++r) {
           const int64_t gi = r / w.rows, i = r % w.rows;
           float *o = static_cast<float *>(out.data) +
-                     at(out, w.b, w.kvh * g + gi, w.i0 + i, 0);
-          MergePartialRow(layout, first, w.splits, r, d, o);
+                     at(out, w.b, w.kvh * c.g + gi, w.i0 + i, 0);
+          MergePartialRow(c.layout, first, w.splits, r, c.d, o);
         }
       });
+}
+
+Status CompiledBackend::Attention(const AttentionProblem &p,
+                                  const AttentionArgs &args) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+  const KernelSpec spec = specFor(p);
+  StatusOr<const CompiledKernel *> kernel = kernelFor(spec);
+  if (!kernel.ok())
+    return kernel.status();
+  if (p.mask == MaskKind::kBias && args.bias.strides[3] != 1)
+    return Status::Unimplemented("compiled: bias must be unit-stride along "
+                                 "keys, got stride " +
+                                 std::to_string(args.bias.strides[3]));
+  const int threads = MaxThreads();
+  const int64_t slots = planItems(p, threads);
+  if (items_.empty())
+    return Status::Ok();
+  const int64_t g = p.group_size(), d = p.head_dim;
+  const Call call{
+      p, args, kernel.value()->fn(), partialLayoutFor(g, d), p.EffectiveScale(),
+      g, d,    spec.vTransposed};
+  reserveWorkspaces(threads, slots, call.layout, g);
+  ForEachItem(
+      static_cast<int64_t>(items_.size()), threads,
+      [&](int64_t it, int thread) { runItem(call, items_[it], thread); });
+  mergeSplits(call, threads);
   return Status::Ok();
 }
 
