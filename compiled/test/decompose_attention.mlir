@@ -1,6 +1,12 @@
 // attnkit-decompose-attention: attnkit.attention -> the naive Linalg chain
 // (the --emit=naive stage), what it leaves alone.
 // RUN: attnkit-opt %s --split-input-file --attnkit-decompose-attention | FileCheck %s
+// The pass takes no option (the tiles are the flash rewrite's):
+// RUN: not attnkit-opt %s --pass-pipeline='builtin.module(func.func(attnkit-decompose-attention{query-tile=4}))' 2>&1 | FileCheck %s --check-prefix=OPTION
+// OPTION: no such option query-tile
+// An op that fails its verifier never reaches the pass:
+// RUN: not attnkit-opt %S/attnkit_ops_invalid.mlir --split-input-file --attnkit-decompose-attention 2>&1 | FileCheck %s --check-prefix=INVALID
+// INVALID: error: 'attnkit.attention' op expects q of rank 3
 // From the stage dumper: GQA, bf16, window mask.
 // RUN: attnkit-compile --emit=naive --heads 8 --kv-heads 2 --head-dim 32 --mask window:16 --dtype bf16 \
 // RUN:   | FileCheck %s --check-prefix=NAIVE
