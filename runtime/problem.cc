@@ -332,11 +332,10 @@ std::array<int64_t, 4> KvStrides(KvLayout layout, bool is_v,
   return ContiguousStrides(shape);
 }
 
-namespace {
-
-Status CheckView(std::string_view name, const TensorView& t, DType dtype,
-                 const std::array<int64_t, 4>& min_shape, bool exact_dims01,
-                 int64_t exact_dim3, int unit_stride_dim) {
+Status CheckTensorView(std::string_view name, const TensorView& t, DType dtype,
+                       const std::array<int64_t, 4>& min_shape,
+                       bool exact_dims01, int64_t exact_dim3,
+                       int unit_stride_dim) {
   auto bad = [&](std::string m) {
     return Status::InvalidArgument(std::string(name) + ": " + m + " (" +
                                    t.DebugString() + ")");
@@ -383,33 +382,38 @@ Status CheckView(std::string_view name, const TensorView& t, DType dtype,
   return Status::Ok();
 }
 
-}  // namespace
-
 Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   ATTNKIT_RETURN_IF_ERROR(p.Validate());
+  const int64_t mq = p.max_q_len();
+  ATTNKIT_RETURN_IF_ERROR(CheckTensorView("q", a.q, p.dtype,
+                                          {p.batch, p.q_heads, mq, p.head_dim},
+                                          true, p.head_dim, 3));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensorView("out", a.out, DType::kF32,
+                                          {p.batch, p.q_heads, mq, p.head_dim},
+                                          true, p.head_dim, 3));
+  return CheckKvAndBias(p, a.k, a.v, a.bias, "k", "v");
+}
+
+Status CheckKvAndBias(const AttentionProblem& p, const TensorView& k,
+                      const TensorView& v, const TensorView& bias,
+                      std::string_view k_name, std::string_view v_name) {
   const int64_t mq = p.max_q_len(), mkv = p.max_kv_len();
-  ATTNKIT_RETURN_IF_ERROR(CheckView("q", a.q, p.dtype,
-                                    {p.batch, p.q_heads, mq, p.head_dim}, true,
-                                    p.head_dim, 3));
-  ATTNKIT_RETURN_IF_ERROR(CheckView("out", a.out, DType::kF32,
-                                    {p.batch, p.q_heads, mq, p.head_dim}, true,
-                                    p.head_dim, 3));
-  ATTNKIT_RETURN_IF_ERROR(CheckView("k", a.k, p.dtype,
-                                    {p.batch, p.kv_heads, mkv, p.head_dim},
-                                    true, p.head_dim, 3));
-  ATTNKIT_RETURN_IF_ERROR(
-      CheckView("v", a.v, p.dtype, {p.batch, p.kv_heads, mkv, p.head_dim}, true,
-                p.head_dim, p.layout == KvLayout::kTransposedV ? 2 : 3));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensorView(
+      k_name, k, p.dtype, {p.batch, p.kv_heads, mkv, p.head_dim}, true,
+      p.head_dim, 3));
+  ATTNKIT_RETURN_IF_ERROR(CheckTensorView(
+      v_name, v, p.dtype, {p.batch, p.kv_heads, mkv, p.head_dim}, true,
+      p.head_dim, p.layout == KvLayout::kTransposedV ? 2 : 3));
   if (p.mask == MaskKind::kBias) {
-    const int64_t bh = a.bias.shape[1];
+    const int64_t bh = bias.shape[1];
     if (bh != 1 && bh != p.q_heads) {
       return Status::InvalidArgument(
           "bias: shape[1]=" + std::to_string(bh) + " must be 1 or q_heads=" +
-          std::to_string(p.q_heads) + " (" + a.bias.DebugString() + ")");
+          std::to_string(p.q_heads) + " (" + bias.DebugString() + ")");
     }
-    ATTNKIT_RETURN_IF_ERROR(CheckView("bias", a.bias, DType::kF32,
-                                      {p.batch, bh, mq, mkv}, true, -1, -1));
-  } else if (!a.bias.is_null()) {
+    ATTNKIT_RETURN_IF_ERROR(CheckTensorView(
+        "bias", bias, DType::kF32, {p.batch, bh, mq, mkv}, true, -1, -1));
+  } else if (!bias.is_null()) {
     return Status::InvalidArgument(
         "bias: given but mask=" + std::string(MaskKindName(p.mask)) +
         " (use mask=bias)");

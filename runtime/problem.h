@@ -127,6 +127,23 @@ struct AttentionArgs {
 
 Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& args);
 
+// The K and V views (named k_name, v_name in errors) and the bias of `p`:
+// what ValidateArgs checks of them, for callers whose K/V are a cache.
+Status CheckKvAndBias(const AttentionProblem& p, const TensorView& k,
+                      const TensorView& v, const TensorView& bias,
+                      std::string_view k_name, std::string_view v_name);
+
+// One tensor argument against what it must be: `dtype`; dims 0 and 1 equal
+// to min_shape's (`exact_dims01`) or at least them; dim 2 at least
+// min_shape[2]; dim 3 equal to `exact_dim3` (when >= 0) or at least
+// min_shape[3]; no negative extent or stride; data present unless empty;
+// stride 1 along `unit_stride_dim` (when >= 0). The error names `name`, the
+// field and its value, and the whole view.
+Status CheckTensorView(std::string_view name, const TensorView& t, DType dtype,
+                       const std::array<int64_t, 4>& min_shape,
+                       bool exact_dims01, int64_t exact_dim3,
+                       int unit_stride_dim);
+
 // Strides of a K or V tensor of shape [batch, kv_heads, seq, head_dim] in
 // `layout` (`is_v` selects V's layout).
 std::array<int64_t, 4> KvStrides(KvLayout layout, bool is_v,
