@@ -193,6 +193,17 @@ enum : uint64_t {
   kTagBiasMasked,
   kTagBiasRow,
   kTagDominant,
+  // The attention block's tensors.
+  kTagX = 100,
+  kTagWq,
+  kTagWk,
+  kTagWv,
+  kTagBq,
+  kTagBk,
+  kTagBv,
+  kTagWo,
+  kTagKCache,
+  kTagVCache,
 };
 
 // Calls f(a, b, c, e, row_key) for every element; row_key is the hash of
@@ -276,7 +287,8 @@ void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
           v, key, kTagV, origins, false,
           [&](int64_t a, int64_t b, int64_t c, int64_t e, uint64_t row) {
             const uint64_t x = ElementBits(row, e);
-            v.Store(a, b, c, e, (Mix(x) & 1) ? tiny * NormalOf(x) : NormalOf(x));
+            v.Store(a, b, c, e,
+                    (Mix(x) & 1) ? tiny * NormalOf(x) : NormalOf(x));
           });
       break;
     }
@@ -324,6 +336,89 @@ void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
     }
   }
   ZeroOutput();
+}
+
+StatusOr<AttentionBlockData> AttentionBlockData::Create(
+    const AttentionBlockProblem& p) {
+  ATTNKIT_RETURN_IF_ERROR(p.Validate());
+  const AttentionProblem& at = p.attention;
+  const int64_t mq = at.max_q_len(), mkv = at.max_kv_len();
+  if (!CheckedProduct({at.batch, mq, std::max(p.hidden, p.out_width()), 4}) ||
+      !CheckedProduct({p.hidden, p.q_width() + 2 * p.kv_width(), 4}) ||
+      !CheckedProduct({at.batch, at.kv_heads, mkv, at.head_dim, 4}) ||
+      !CheckedProduct({at.batch, at.q_heads, mq, mkv, 4})) {
+    return Status::ResourceExhausted(
+        "attention block data overflows int64 "
+        "bytes for " +
+        p.ToString());
+  }
+  AttentionBlockData d;
+  const DType w = p.weight_dtype;
+  const std::array<int64_t, 4> kvshape{at.batch, at.kv_heads, mkv, at.head_dim};
+  try {
+    d.x_ = Tensor::Contiguous(DType::kF32, {at.batch, 1, mq, p.hidden});
+    d.wq_ = Tensor::Contiguous(w, {1, 1, p.hidden, p.q_width()});
+    d.wk_ = Tensor::Contiguous(w, {1, 1, p.hidden, p.kv_width()});
+    d.wv_ = Tensor::Contiguous(w, {1, 1, p.hidden, p.kv_width()});
+    if (p.qkv_bias) {
+      d.bq_ = Tensor::Contiguous(DType::kF32, {1, 1, 1, p.q_width()});
+      d.bk_ = Tensor::Contiguous(DType::kF32, {1, 1, 1, p.kv_width()});
+      d.bv_ = Tensor::Contiguous(DType::kF32, {1, 1, 1, p.kv_width()});
+    }
+    if (p.output_projection) {
+      d.wo_ = Tensor::Contiguous(w, {1, 1, p.q_width(), p.hidden});
+    }
+    if (at.mask == MaskKind::kBias) {
+      d.bias_ =
+          Tensor::Contiguous(DType::kF32, {at.batch, at.q_heads, mq, mkv});
+    }
+    d.k_ = Tensor::Allocate(at.dtype, kvshape,
+                            KvStrides(at.layout, false, kvshape));
+    d.v_ = Tensor::Allocate(at.dtype, kvshape,
+                            KvStrides(at.layout, true, kvshape));
+    d.out_ = Tensor::Contiguous(DType::kF32, {at.batch, 1, mq, p.out_width()});
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(
+        "attention block data: out of memory for " + p.ToString());
+  }
+  d.args_ = {d.x_.view,    d.wq_.view, d.wk_.view, d.wv_.view,
+             d.bq_.view,   d.bk_.view, d.bv_.view, d.wo_.view,
+             d.bias_.view, d.k_.view,  d.v_.view,  d.out_.view};
+  return d;
+}
+
+void AttentionBlockData::Fill(const AttentionBlockProblem& p, Rng& rng) {
+  const uint64_t key = rng.Next();
+  const AttentionProblem& at = p.attention;
+  auto fan_in = [](int64_t n) {
+    return static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+  };
+  FillByCoordinates(x_.view, key, kTagX, 1.0f);
+  FillByCoordinates(wq_.view, key, kTagWq, fan_in(p.hidden));
+  FillByCoordinates(wk_.view, key, kTagWk, fan_in(p.hidden));
+  FillByCoordinates(wv_.view, key, kTagWv, fan_in(p.hidden));
+  if (p.qkv_bias) {
+    FillByCoordinates(bq_.view, key, kTagBq, 0.1f);
+    FillByCoordinates(bk_.view, key, kTagBk, 0.1f);
+    FillByCoordinates(bv_.view, key, kTagBv, 0.1f);
+  }
+  if (p.output_projection) {
+    FillByCoordinates(wo_.view, key, kTagWo, fan_in(p.q_width()));
+  }
+  if (at.mask == MaskKind::kBias) {
+    FillByCoordinates(bias_.view, key, kTagBias, 1.0f);
+  }
+  FillByCoordinates(k_.view, key, kTagKCache, 1.0f);
+  FillByCoordinates(v_.view, key, kTagVCache, 1.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const TensorView* cache : {&k_.view, &v_.view}) {
+    ForEach(*cache, [&](int64_t b, int64_t h, int64_t s, int64_t e) {
+      if (s >= at.kv_lens[b] - at.q_lens[b]) cache->Store(b, h, s, e, nan);
+    });
+  }
+  ForEach(out_.view, [&](int64_t a, int64_t b, int64_t c, int64_t e) {
+    out_.view.Store(a, b, c, e, 0.0f);
+  });
 }
 
 }  // namespace attnkit

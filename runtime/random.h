@@ -8,6 +8,7 @@
 #include <span>
 #include <string_view>
 
+#include "runtime/attention_block.h"
 #include "runtime/enum_table.h"
 #include "runtime/problem.h"
 #include "runtime/status.h"
@@ -124,6 +125,28 @@ class AttentionData {
  private:
   Tensor q_, k_, v_, bias_, out_;
   AttentionArgs args_;
+};
+
+// Owns the tensors of one attention-block call (runtime/attention_block.h):
+// x, the weights (and biases), the attention bias, the KV cache in the
+// problem's layout with capacity max_kv_len, and out.
+class AttentionBlockData {
+ public:
+  static StatusOr<AttentionBlockData> Create(const AttentionBlockProblem& p);
+  // x ~ N(0, 1); weights ~ N(0, 1/sqrt(fan-in)) so every projection and the
+  // output are O(1); biases ~ N(0, 0.1); the attention bias ~ N(0, 1); the
+  // cache's context rows [0, kv_len - q_len) ~ N(0, 1) and every other cache
+  // element NaN (a kernel that reads a slot before writing it, or writes
+  // one it should not, shows); out zeroed. By coordinates from one key.
+  void Fill(const AttentionBlockProblem& p, Rng& rng);
+
+  const AttentionBlockArgs& args() const { return args_; }
+  const Tensor& k_cache() const { return k_; }
+  const Tensor& v_cache() const { return v_; }
+
+ private:
+  Tensor x_, wq_, wk_, wv_, bq_, bk_, bv_, wo_, bias_, k_, v_, out_;
+  AttentionBlockArgs args_;
 };
 
 // Fills the view from `key` by coordinates, as AttentionData::Fill does:
