@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/reference.h"
 #include "runtime/random.h"
 
 namespace attnkit::reference {
@@ -177,6 +178,30 @@ TEST(AttentionBlockTest, BadArgumentsAreAStatusNamingTheTensor) {
   BlockOracle o;
   EXPECT_THAT(OracleAttentionBlock(p, a, &o).message(),
               ::testing::HasSubstr("wv: "));
+}
+
+// The reference backend answers the block through the Backend interface;
+// a backend without a block says so (UNIMPLEMENTED, never an OK that did
+// nothing).
+TEST(AttentionBlockTest, BackendInterface) {
+  const AttentionBlockProblem p = Block(kBlocks[1]);
+  Prepared r = Prepare(p, 5);
+  std::unique_ptr<Backend> ref = MakeReferenceBackend();
+  EXPECT_TRUE(ref->SupportsBlock(p).ok());
+  ASSERT_TRUE(ref->AttentionBlock(p, r.data.args()).ok());
+  EXPECT_LT(OutputError(p, r.data.args(), r.oracle), 1e-4);
+
+  struct NoBlock final : Backend {
+    std::string_view name() const override { return "noblock"; }
+    Status Attention(const AttentionProblem&, const AttentionArgs&) override {
+      return Status::Ok();
+    }
+  } none;
+  EXPECT_EQ(none.SupportsBlock(p).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(none.AttentionBlock(p, r.data.args()).code(),
+            StatusCode::kUnimplemented);
+  EXPECT_THAT(none.AttentionBlock(p, r.data.args()).message(),
+              ::testing::HasSubstr("noblock: no attention block"));
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "reference/attention_block.h"
+
 namespace attnkit::reference {
 namespace {
 
@@ -69,6 +71,13 @@ class ReferenceBackend final : public Backend {
   Status Attention(const AttentionProblem& p,
                    const AttentionArgs& args) override {
     return AttentionWith(p, args, ws_);
+  }
+  Status SupportsBlock(const AttentionBlockProblem& p) const override {
+    return p.Validate();
+  }
+  Status AttentionBlock(const AttentionBlockProblem& p,
+                        const AttentionBlockArgs& args) override {
+    return reference::AttentionBlock(p, args);
   }
   Status ReserveWorkspace(const AttentionProblem& largest) override {
     ATTNKIT_RETURN_IF_ERROR(largest.Validate());

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/attention_block.h"
 #include "runtime/problem.h"
 #include "runtime/status.h"
 #include "runtime/tensor.h"
@@ -71,6 +72,17 @@ class Backend {
     return Status::Ok();
   }
 
+  // The attention block (runtime/attention_block.h): the projections of x,
+  // the new tokens' K/V written into the cache slots, the attention over the
+  // cache prefix, the optional output projection. A backend without one
+  // answers UNIMPLEMENTED to both (the tester skips its block cases).
+  virtual Status SupportsBlock(const AttentionBlockProblem& p) const {
+    return Status::Unimplemented(std::string(name()) + ": no attention block");
+  }
+  virtual Status AttentionBlock(const AttentionBlockProblem& p,
+                                const AttentionBlockArgs& args) {
+    return Status::Unimplemented(std::string(name()) + ": no attention block");
+  }
   // In-place KV append in this backend's way. Validates, then writes only the
   // new tokens. An override reports the bytes it wrote with
   // accounting::RecordCopy, as AppendKvStrided does.
