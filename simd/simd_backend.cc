@@ -8,6 +8,7 @@
 #include "runtime/accounting.h"
 #include "runtime/parallel.h"
 #include "runtime/split_kv.h"
+#include "simd/attention_block.h"
 #include "simd/kernel.h"
 
 namespace attnkit::simd {
@@ -51,6 +52,18 @@ class SimdBackend final : public Backend {
                    const AttentionArgs& args) override;
   Status AppendKv(const KvAppendArgs& a) override;
 
+  Status SupportsBlock(const AttentionBlockProblem& p) const override {
+    if (ops_ == nullptr) return Unavailable();
+    return p.Validate();
+  }
+  Status AttentionBlock(const AttentionBlockProblem& p,
+                        const AttentionBlockArgs& args) override {
+    if (ops_ == nullptr) return Unavailable();
+    const int threads =
+        options_.num_threads > 0 ? options_.num_threads : MaxThreads();
+    return simd::AttentionBlock(*this, block_, threads, p, args);
+  }
+
  private:
   Status Unavailable() const {
     return Status::FailedPrecondition(
@@ -68,6 +81,7 @@ class SimdBackend final : public Backend {
 
   SimdOptions options_;
   const KernelOps* ops_ = nullptr;
+  BlockWorkspace block_;
   // Grown, never shrunk: a call with the same or a smaller shape allocates
   // nothing (the decode path's contract).
   std::vector<AlignedBuffer> workspaces_;
