@@ -192,18 +192,26 @@ void ProjectRows(const float* x, int64_t x_stride, int64_t rows, const float* w,
             accumulate);
 }
 
-void BlockWorkspace::Reserve(const AttentionBlockProblem& p, int threads) {
+void BlockWorkspace::Reserve(const AttentionBlockProblem& p, int threads,
+                             bool unfused) {
   const AttentionProblem& at = p.attention;
   const size_t tokens = static_cast<size_t>(at.batch * at.max_q_len());
   if (q.size() < tokens * p.q_width()) q.resize(tokens * p.q_width());
   if (p.output_projection && attn.size() < q.size()) attn.resize(q.size());
+  if (unfused && k.size() < tokens * p.kv_width()) {
+    k.resize(tokens * p.kv_width());
+    v.resize(tokens * p.kv_width());
+  }
+  if (unfused && positions.size() < static_cast<size_t>(at.batch))
+    positions.resize(static_cast<size_t>(at.batch));
   const int64_t widest =
       std::max({at.group_size() * at.head_dim, p.kv_width(), kOutColumns});
   const size_t tile_floats = static_cast<size_t>(kTokens * widest);
   const size_t panel_floats = static_cast<size_t>(kHiddenChunk * widest);
-  // Items: (sequence, kv head or output column chunk, token chunk).
+  // Items: (sequence, kv head or column chunk, token chunk).
   const int64_t parts =
-      std::max(at.kv_heads, (p.hidden + kOutColumns - 1) / kOutColumns);
+      std::max({at.kv_heads, (p.hidden + kOutColumns - 1) / kOutColumns,
+                (p.q_width() + kOutColumns - 1) / kOutColumns});
   items.reserve(static_cast<size_t>(
       at.batch * parts * ((at.max_q_len() + kTokens - 1) / kTokens)));
   if (static_cast<int>(tile.size()) < threads) tile.resize(threads);
@@ -214,23 +222,56 @@ void BlockWorkspace::Reserve(const AttentionBlockProblem& p, int threads) {
     if (t.size() < panel_floats) t.resize(panel_floats);
 }
 
-Status AttentionBlock(Backend& attention, BlockWorkspace& ws, int threads,
-                      const AttentionBlockProblem& p,
-                      const AttentionBlockArgs& a) {
-  ATTNKIT_RETURN_IF_ERROR(ValidateBlockArgs(p, a));
-  const AttentionProblem& at = p.attention;
-  const int64_t mq = at.max_q_len(), d = at.head_dim;
-  ws.Reserve(p, threads);
-  // 1. Projections, split by kv head (and token chunk) over the cores.
+namespace {
+
+// Rows of one sequence: x or a token-major buffer, by sequence and token.
+struct RowSource {
+  const float* data;
+  int64_t batch_stride, row_stride;
+};
+struct RowSink {
+  float* data;
+  int64_t batch_stride, row_stride;
+};
+
+// dst[b][t][c] = src[b][t] . w[:, c] (+ bias[c]) for every token of every
+// sequence and every column of w: a whole projection, split by 256-column
+// chunk and token chunk over the cores.
+void ProjectAll(const AttentionProblem& at, const RowSource& src,
+                const TensorView& w, const TensorView& bias, const RowSink& dst,
+                BlockWorkspace& ws, int threads) {
+  const int64_t width = w.shape[3];
   std::vector<BlockItem>& items = ws.items;
   items.clear();
-  ForEachChunk(at, at.kv_heads,
+  ForEachChunk(at, (width + kOutColumns - 1) / kOutColumns,
                [&](const BlockItem& it) { items.push_back(it); });
   ForEachItem(
-      static_cast<int64_t>(items.size()), threads,
-      [&](int64_t i, int thread) { ProjectItem(p, a, items[i], ws, thread); });
-  // 2. The attention over the cache, Q token-major; without Wo it writes
-  // straight into out's rows.
+      static_cast<int64_t>(items.size()), threads, [&](int64_t i, int thread) {
+        const BlockItem& it = items[i];
+        const int64_t c0 = it.part * kOutColumns;
+        const int64_t cols = std::min(kOutColumns, width - c0);
+        const float* x =
+            src.data + it.b * src.batch_stride + it.t0 * src.row_stride;
+        std::vector<float>& tile = ws.tile[thread];
+        Project(x, src.row_stride, it.n, w, c0, cols, ws.panel[thread],
+                tile.data());
+        float* out =
+            dst.data + it.b * dst.batch_stride + it.t0 * dst.row_stride + c0;
+        WriteTile(tile.data(), it.n, cols, bias, c0,
+                  [&](int64_t t, int64_t c, float v) {
+                    out[t * dst.row_stride + c] = v;
+                  });
+      });
+}
+
+// Steps 2 and 3 of either form: the attention over the cache (Q
+// token-major in ws.q; without Wo straight into out's rows), then out =
+// attention . Wo.
+Status AttendAndProject(Backend& attention, BlockWorkspace& ws, int threads,
+                        const AttentionBlockProblem& p,
+                        const AttentionBlockArgs& a) {
+  const AttentionProblem& at = p.attention;
+  const int64_t mq = at.max_q_len(), d = at.head_dim;
   AttentionArgs args;
   args.q = HeadsView(ws.q.data(), at.batch, at.q_heads, mq, d, mq * p.q_width(),
                      p.q_width());
@@ -244,25 +285,58 @@ Status AttentionBlock(Backend& attention, BlockWorkspace& ws, int threads,
                              a.out.strides[0], a.out.strides[2]);
   ATTNKIT_RETURN_IF_ERROR(attention.Attention(at, args));
   if (!p.output_projection) return Status::Ok();
-  // 3. out = attention . Wo, split by output columns and token chunks.
+  ProjectAll(
+      at, {ws.attn.data(), mq * p.q_width(), p.q_width()}, a.wo, TensorView(),
+      {a.out.As<float>(), a.out.strides[0], a.out.strides[2]}, ws, threads);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status AttentionBlock(Backend& attention, BlockWorkspace& ws, int threads,
+                      const AttentionBlockProblem& p,
+                      const AttentionBlockArgs& a) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateBlockArgs(p, a));
+  ws.Reserve(p, threads, /*unfused=*/false);
+  // The projections, split by kv head (and token chunk) over the cores.
+  std::vector<BlockItem>& items = ws.items;
   items.clear();
-  ForEachChunk(at, (p.hidden + kOutColumns - 1) / kOutColumns,
+  ForEachChunk(p.attention, p.attention.kv_heads,
                [&](const BlockItem& it) { items.push_back(it); });
   ForEachItem(
-      static_cast<int64_t>(items.size()), threads, [&](int64_t i, int thread) {
-        const BlockItem& it = items[i];
-        const int64_t c0 = it.part * kOutColumns;
-        const int64_t cols = std::min(kOutColumns, p.hidden - c0);
-        const float* x = ws.attn.data() + (it.b * mq + it.t0) * p.q_width();
-        std::vector<float>& tile = ws.tile[thread];
-        Project(x, p.q_width(), it.n, a.wo, c0, cols, ws.panel[thread],
-                tile.data());
-        float* out = a.out.As<float>() + a.out.Offset(it.b, 0, it.t0, c0);
-        const int64_t os = a.out.strides[2];
-        WriteTile(tile.data(), it.n, cols, TensorView(), 0,
-                  [&](int64_t t, int64_t c, float v) { out[t * os + c] = v; });
-      });
-  return Status::Ok();
+      static_cast<int64_t>(items.size()), threads,
+      [&](int64_t i, int thread) { ProjectItem(p, a, items[i], ws, thread); });
+  return AttendAndProject(attention, ws, threads, p, a);
+}
+
+Status UnfusedAttentionBlock(Backend& backend, BlockWorkspace& ws, int threads,
+                             const AttentionBlockProblem& p,
+                             const AttentionBlockArgs& a) {
+  ATTNKIT_RETURN_IF_ERROR(ValidateBlockArgs(p, a));
+  const AttentionProblem& at = p.attention;
+  const int64_t mq = at.max_q_len(), d = at.head_dim;
+  ws.Reserve(p, threads, /*unfused=*/true);
+  const RowSource x{a.x.As<float>(), a.x.strides[0], a.x.strides[2]};
+  ProjectAll(at, x, a.wq, a.bq, {ws.q.data(), mq * p.q_width(), p.q_width()},
+             ws, threads);
+  ProjectAll(at, x, a.wk, a.bk, {ws.k.data(), mq * p.kv_width(), p.kv_width()},
+             ws, threads);
+  ProjectAll(at, x, a.wv, a.bv, {ws.v.data(), mq * p.kv_width(), p.kv_width()},
+             ws, threads);
+  // The transient K/V copied into the cache: what the fused form avoids.
+  for (int64_t b = 0; b < at.batch; ++b)
+    ws.positions[b] = at.kv_lens[b] - at.q_lens[b];
+  KvAppendArgs append;
+  append.k_cache = a.k_cache;
+  append.v_cache = a.v_cache;
+  append.new_k = HeadsView(ws.k.data(), at.batch, at.kv_heads, mq, d,
+                           mq * p.kv_width(), p.kv_width());
+  append.new_v = HeadsView(ws.v.data(), at.batch, at.kv_heads, mq, d,
+                           mq * p.kv_width(), p.kv_width());
+  append.positions = std::span<const int64_t>(ws.positions.data(), at.batch);
+  append.new_lens = at.q_lens;
+  ATTNKIT_RETURN_IF_ERROR(backend.AppendKv(append));
+  return AttendAndProject(backend, ws, threads, p, a);
 }
 
 }  // namespace attnkit::simd

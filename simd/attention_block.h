@@ -9,6 +9,7 @@
 #define ATTNKIT_SIMD_ATTENTION_BLOCK_H_
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "runtime/attention_block.h"
@@ -34,9 +35,11 @@ struct BlockItem {
 // a widened weight panel (bf16 weights).
 struct BlockWorkspace {
   std::vector<float> q, attn;
+  std::vector<float> k, v;         // the unfused form's transient K/V
+  std::vector<int64_t> positions;  // the unfused form's append positions
   std::vector<std::vector<float>> tile, panel;
   std::vector<BlockItem> items;
-  void Reserve(const AttentionBlockProblem& p, int threads);
+  void Reserve(const AttentionBlockProblem& p, int threads, bool unfused);
 };
 
 // The block with `attention` (the simd backend itself) for the attention
@@ -44,6 +47,15 @@ struct BlockWorkspace {
 Status AttentionBlock(Backend& attention, BlockWorkspace& ws, int threads,
                       const AttentionBlockProblem& p,
                       const AttentionBlockArgs& args);
+
+// The unfused block, the baseline the fused one is measured against:
+// whole-matrix projections of every token into transient Q, K and V
+// buffers, K and V appended to the cache (backend.AppendKv: a copy), then
+// backend.Attention and the output projection -- what a runtime that does
+// not fuse the QKV projection into attention does. Works with any backend.
+Status UnfusedAttentionBlock(Backend& backend, BlockWorkspace& ws, int threads,
+                             const AttentionBlockProblem& p,
+                             const AttentionBlockArgs& args);
 
 }  // namespace attnkit::simd
 

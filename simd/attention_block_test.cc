@@ -69,8 +69,21 @@ const char* const kBlocks[] = {
 // The simd block against the f64 oracle (as the reference block is held in
 // reference/attention_block_test.cc: 1e-4 of 1 + |oracle|), its new cache
 // slots too, and nothing else of the cache written.
-TEST(SimdAttentionBlockTest, AgreesWithTheOracle) {
+// Both forms: the fused block through the backend, and the unfused one
+// (whole projections, append, attention) on the same backend.
+enum class Form { kFused, kUnfused };
+
+Status RunForm(Form form, Backend& simd, BlockWorkspace& ws,
+               const AttentionBlockProblem& p, const AttentionBlockArgs& a) {
+  if (form == Form::kFused) return simd.AttentionBlock(p, a);
+  return UnfusedAttentionBlock(simd, ws, 2, p, a);
+}
+
+class SimdBlockFormTest : public ::testing::TestWithParam<Form> {};
+
+TEST_P(SimdBlockFormTest, AgreesWithTheOracle) {
   std::unique_ptr<Backend> simd = MakeSimdBackend();
+  BlockWorkspace ws;
   for (const char* text : kBlocks) {
     const AttentionBlockProblem p = Block(text);
     const AttentionProblem& at = p.attention;
@@ -84,7 +97,7 @@ TEST(SimdAttentionBlockTest, AgreesWithTheOracle) {
     ASSERT_TRUE(simd->SupportsBlock(p).ok());
     // Twice: the second call reuses the workspaces and must agree.
     for (int call = 0; call < 2; ++call) {
-      ASSERT_TRUE(simd->AttentionBlock(p, a).ok()) << text;
+      ASSERT_TRUE(RunForm(GetParam(), *simd, ws, p, a).ok()) << text;
       for (int64_t b = 0; b < at.batch; ++b)
         for (int64_t t = 0; t < at.q_lens[b]; ++t)
           for (int64_t c = 0; c < p.out_width(); ++c) {
@@ -116,6 +129,13 @@ TEST(SimdAttentionBlockTest, AgreesWithTheOracle) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(BothForms, SimdBlockFormTest,
+                         ::testing::Values(Form::kFused, Form::kUnfused),
+                         [](const auto& info) {
+                           return info.param == Form::kFused ? "fused"
+                                                             : "unfused";
+                         });
 
 TEST(SimdAttentionBlockTest, BadArgumentsAreNamed) {
   std::unique_ptr<Backend> simd = MakeSimdBackend();
@@ -161,6 +181,16 @@ TEST(SimdAttentionBlockTest, DecodeStepsAllocateAndCopyNothingOnceWarm) {
     EXPECT_EQ(c.allocs, 0) << "step " << step;
     EXPECT_EQ(c.bytes_copied, 0) << "step " << step;
   }
+  // The unfused form, warm too, allocates nothing either, but its K/V go
+  // through a transient buffer: the append copies them, and the meter sees
+  // exactly those bytes (2 sequences x 1 token x K and V x hkv*d f32).
+  BlockWorkspace ws;
+  ASSERT_TRUE(UnfusedAttentionBlock(*simd, ws, 2, last, a).ok());
+  accounting::Meter meter;
+  ASSERT_TRUE(UnfusedAttentionBlock(*simd, ws, 2, last, a).ok());
+  const accounting::Counts c = meter.Read();
+  EXPECT_EQ(c.allocs, 0);
+  EXPECT_EQ(c.bytes_copied, 2 * 1 * 2 * last.kv_width() * 4);
 }
 
 }  // namespace
