@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,13 +41,16 @@
 #include "bench/output_check.h"
 #include "bench/run_data.h"
 #include "decode/step.h"
+#include "reference/attention_block.h"
 #include "reference/concat_kv.h"
 #include "runtime/accounting.h"
+#include "runtime/attention_block.h"
 #include "runtime/flags.h"
 #include "runtime/kv_cache.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
 #include "runtime/stats.h"
+#include "simd/attention_block.h"
 
 namespace attnkit::bench {
 namespace {
@@ -547,6 +551,182 @@ std::vector<int64_t> Grid(std::vector<int64_t> full,
   return g_quick ? quick : full;
 }
 
+// ---- The attention block (Llama-2-7B: hidden 4096, 32 heads x 128, Wo;
+// MHA and GQA 32/8): the backend's fused block against the unfused one
+// (simd::UnfusedAttentionBlock: whole Q/K/V projections into transient
+// buffers, the append's copy, the same backend's attention).
+
+AttentionBlockProblem LlamaBlock(int64_t q, int64_t kv, int64_t hkv, DType w) {
+  AttentionBlockProblem p;
+  p.attention.q_heads = 32;
+  p.attention.kv_heads = hkv;
+  p.attention.head_dim = 128;
+  p.attention.q_lens = {q};
+  p.attention.kv_lens = {kv};
+  p.attention.mask = MaskKind::kCausal;
+  p.hidden = 4096;
+  p.weight_dtype = w;
+  p.output_projection = true;
+  return p;
+}
+
+StatusOr<const AttentionBlockArgs*> BlockInputsFor(
+    const AttentionBlockProblem& p) {
+  static std::string key;
+  static std::unique_ptr<AttentionBlockData> data;
+  if (key != p.ToString()) {
+    data.reset();  // free the previous problem's memory first
+    ATTNKIT_ASSIGN_OR_RETURN(AttentionBlockData d,
+                             AttentionBlockData::Create(p));
+    data = std::make_unique<AttentionBlockData>(std::move(d));
+    Rng rng(1);
+    data->Fill(p, rng);
+    key = p.ToString();
+  }
+  return &data->args();
+}
+
+// The block's bytes one call must move at least: every weight once, the
+// cache prefix read, the new K/V written, x read and out written.
+double BlockBytes(const AttentionBlockProblem& p) {
+  const AttentionProblem& at = p.attention;
+  const double w = static_cast<double>(DTypeSize(p.weight_dtype));
+  const double h = static_cast<double>(p.hidden);
+  double bytes = h * static_cast<double>(p.q_width() + 2 * p.kv_width()) * w +
+                 static_cast<double>(p.q_width()) * h * w;
+  const double q = static_cast<double>(at.q_lens[0]);
+  bytes += 2.0 * static_cast<double>(at.kv_lens[0] * p.kv_width()) * 4.0;
+  bytes += q * (h + static_cast<double>(p.out_width())) * 4.0;
+  return bytes;
+}
+
+Status CallBlock(Backend& backend, simd::BlockWorkspace& ws, bool unfused,
+                 const AttentionBlockProblem& p, const AttentionBlockArgs& a) {
+  if (!unfused) return backend.AttentionBlock(p, a);
+  return simd::UnfusedAttentionBlock(backend, ws, omp_get_max_threads(), p, a);
+}
+
+// Warm-up call, then its output against the naive reference block (which
+// rewrites the same cache slots and out): within 1e-3 of 1 + |reference|,
+// far above f32 reordering over 4096-long sums and far below any wrong
+// head, weight slice or projection.
+Status WarmAndCheckBlock(const std::string& id, Backend& backend,
+                         simd::BlockWorkspace& ws, bool unfused,
+                         const AttentionBlockProblem& p,
+                         const AttentionBlockArgs& a) {
+  static std::map<std::string, Status> verdicts;
+  if (auto it = verdicts.find(id); it != verdicts.end()) return it->second;
+  Status s = CallBlock(backend, ws, unfused, p, a);
+  if (s.ok()) {
+    const int64_t n = p.attention.q_lens[0], w = p.out_width();
+    std::vector<float> got(static_cast<size_t>(n * w));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = 0; c < w; ++c) got[t * w + c] = a.out.Load(0, 0, t, c);
+    s = reference::AttentionBlock(p, a);
+    for (int64_t t = 0; s.ok() && t < n; ++t)
+      for (int64_t c = 0; c < w; ++c) {
+        const float want = a.out.Load(0, 0, t, c), g = got[t * w + c];
+        if (!(std::fabs(g - want) <= 1e-3f * (1 + std::fabs(want)))) {
+          s = Status::Internal("block output [" + std::to_string(t) + "," +
+                               std::to_string(c) + "] = " + std::to_string(g) +
+                               ", the reference block has " +
+                               std::to_string(want));
+          break;
+        }
+      }
+  }
+  verdicts.emplace(id, s);
+  return s;
+}
+
+// Times one block call; GFLOPS and % of the FMA peak for prefill, GB/s of
+// BlockBytes and % of the read bandwidth for decode; allocations and bytes
+// copied per call (the fused form copies nothing, the unfused one its K/V).
+void RunBlock(benchmark::State& state, const std::string& id, Backend& backend,
+              const AttentionBlockProblem& p, bool unfused, bool decode) {
+  static simd::BlockWorkspace ws;
+  auto args = BlockInputsFor(p);
+  if (!args.ok()) return SetError(state, args.status());
+  const Status verdict = WarmAndCheckBlock(id, backend, ws, unfused, p, **args);
+  if (!verdict.ok()) return SetError(state, verdict);
+  accounting::Meter meter;
+  for (auto _ : state) {
+    const Status s = CallBlock(backend, ws, unfused, p, **args);
+    if (!s.ok()) {
+      SetError(state, s);
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  if (state.error_occurred()) return;
+  const accounting::Counts c = meter.Read();
+  const double calls = static_cast<double>(state.iterations());
+  const Calibration& cal = MachineCalibration();
+  state.counters["allocs"] = benchmark::Counter(
+      static_cast<double>(c.allocs), benchmark::Counter::kAvgIterations);
+  state.counters["bytes_copied"] = benchmark::Counter(
+      static_cast<double>(c.bytes_copied), benchmark::Counter::kAvgIterations);
+  const double flops = p.Flops() * calls;
+  state.counters["GFLOPS"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+  if (!decode) {
+    const double peak = std::max(cal.fma_gflops_all, cal.fma_gflops_1t);
+    state.counters["pct_peak"] = benchmark::Counter(
+        PctOf(flops / 1e9, peak), benchmark::Counter::kIsRate);
+    return;
+  }
+  const double bytes = BlockBytes(p) * calls;
+  state.counters["GBps"] =
+      benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["pct_peak"] = benchmark::Counter(
+      PctOf(bytes / 1e9, cal.read_gbps_all), benchmark::Counter::kIsRate);
+}
+
+void RegisterBlock(const BackendSource* ip, Backend& backend,
+                   const std::string& family, const AttentionBlockProblem& p,
+                   std::vector<int64_t> args, bool decode) {
+  const std::string name(ip->name);
+  for (int64_t unfused : {0, 1}) {
+    const std::string bm = family + (unfused ? "_unfused/" : "/") + name;
+    if (Status sup = backend.SupportsBlock(p); !unfused && !sup.ok()) {
+      Skip(bm + "/" + p.ToString(), sup.ToString());
+      continue;
+    }
+    if (Status sup = backend.Supports(p.attention); !sup.ok()) {
+      Skip(bm + "/" + p.ToString(), sup.ToString());
+      continue;
+    }
+    benchmark::RegisterBenchmark(
+        bm.c_str(),
+        [ip, p, bm, unfused, decode](benchmark::State& st) {
+          RunBlock(st, bm + "/" + p.ToString(), SharedBackend(*ip), p,
+                   unfused != 0, decode);
+        })
+        ->ArgNames(decode ? std::vector<std::string>{"kv_len", "hkv", "bf16w"}
+                          : std::vector<std::string>{"S", "hkv"})
+        ->Args(args)
+        ->UseRealTime()
+        ->Unit(decode ? benchmark::kMicrosecond : benchmark::kMillisecond);
+  }
+}
+
+void RegisterBlockFamilies(const BackendSource& info, Backend& backend) {
+  for (int64_t s : Grid({512, 2048}, {512})) {
+    for (int64_t hkv : {8, 32}) {
+      if (info.traits.quadratic_prefill && s > kQuadraticPrefillMaxS) continue;
+      RegisterBlock(&info, backend, "block_prefill",
+                    LlamaBlock(s, s, hkv, DType::kF32), {s, hkv}, false);
+    }
+  }
+  for (int64_t hkv : {8, 32}) {
+    for (int64_t bf : Grid({0, 1}, {1})) {
+      RegisterBlock(&info, backend, "block_decode",
+                    LlamaBlock(1, 4096, hkv, bf ? DType::kBF16 : DType::kF32),
+                    {4096, hkv, bf}, true);
+    }
+  }
+}
+
 void RegisterAll() {
   const int threads = omp_get_max_threads();
   benchmark::RegisterBenchmark("calibration/fma", BM_Fma)
@@ -766,6 +946,8 @@ void RegisterAll() {
             ->Unit(benchmark::kMicrosecond);
       }
     }
+
+    RegisterBlockFamilies(info, backend);
 
     // First call vs warmed: a prefill and a decode specialization.
     benchmark::RegisterBenchmark(
