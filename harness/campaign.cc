@@ -68,7 +68,8 @@ CampaignResult RunCampaign(
       res.interrupted = true;
       break;
     }
-    const Case c = GenerateCase(o.tier, o.seed, static_cast<uint64_t>(index));
+    const Case c =
+        GenerateCase(o.tier, o.seed, static_cast<uint64_t>(index), o.blocks);
     if (o.max_memory_bytes > 0) {
       const Status fits =
           CaseMemory(c, static_cast<int64_t>(backends.size()))

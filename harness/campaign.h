@@ -50,6 +50,10 @@ struct CampaignOptions {
   // runs; over it, the campaign stops with a harness error naming the case
   // and the bytes. 0: no limit.
   int64_t max_memory_bytes = 0;
+  // Draw attention-block cases (about 1 in 10; GenerateCase). Off for a
+  // backend that can only be an attention (a Python callable): its cases
+  // are then exactly those of the campaign without blocks.
+  bool blocks = true;
   Progress progress = Progress::kOff;
   FILE* progress_stream = stderr;
   // Polled before each case and each shrink: nonzero stops the campaign

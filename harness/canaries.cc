@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace attnkit::harness {
 namespace {
@@ -170,6 +171,76 @@ class CanaryBackend final : public Backend {
           }
       }
     }
+    return Status::Ok();
+  }
+
+  Status SupportsBlock(const AttentionBlockProblem& p) const override {
+    return p.Validate();
+  }
+
+  // Plain-loop projections (K/V into the cache slots, Q token-major), this
+  // canary's attention over the cache, then Wo -- with the block bugs.
+  Status AttentionBlock(const AttentionBlockProblem& p,
+                        const AttentionBlockArgs& a) override {
+    ATTNKIT_RETURN_IF_ERROR(ValidateBlockArgs(p, a));
+    const AttentionProblem& at = p.attention;
+    const int64_t mq = at.max_q_len(), d = at.head_dim, qw = p.q_width();
+    std::vector<float> q(static_cast<size_t>(at.batch * mq * qw)),
+        attn(q.size());
+    auto project = [&](const TensorView& w, const TensorView& bias, int64_t b,
+                       int64_t t, int64_t c, int64_t col) {
+      float acc = bias.is_null() ? 0.0f : bias.Load(0, 0, 0, c);
+      for (int64_t h = 0; h < p.hidden; ++h) {
+        const float wv =
+            bug_ == Bug::kBlockTransposedWeight && &w == &a.wq
+                ? w.Load(0, 0, (col * p.hidden + h) / qw % p.hidden,
+                         (col * p.hidden + h) % qw)
+                : w.Load(0, 0, h, col);
+        acc += a.x.Load(b, 0, t, h) * wv;
+      }
+      return acc;
+    };
+    for (int64_t b = 0; b < at.batch; ++b) {
+      const int64_t p0 = at.kv_lens[b] - at.q_lens[b];
+      for (int64_t t = 0; t < at.q_lens[b]; ++t) {
+        for (int64_t c = 0; c < qw; ++c) {
+          const int64_t col =
+              bug_ == Bug::kBlockSliceOffByOne ? (c + 1) % qw : c;
+          q[(b * mq + t) * qw + c] = project(a.wq, a.bq, b, t, c, col);
+        }
+        for (int64_t c = 0; c < p.kv_width(); ++c) {
+          const TensorView& wk = bug_ == Bug::kBlockKWithWv ? a.wv : a.wk;
+          a.k_cache.Store(b, c / d, p0 + t, c % d,
+                          project(wk, a.bk, b, t, c, c));
+          a.v_cache.Store(b, c / d, p0 + t, c % d,
+                          project(a.wv, a.bv, b, t, c, c));
+        }
+      }
+    }
+    auto heads = [&](std::vector<float>& buf) {
+      TensorView v;
+      v.data = buf.data();
+      v.shape = {at.batch, at.q_heads, mq, d};
+      v.strides = {mq * qw, d, qw, 1};
+      return v;
+    };
+    AttentionArgs args{heads(q), a.k_cache, a.v_cache, a.bias, heads(attn)};
+    ATTNKIT_RETURN_IF_ERROR(Attention(at, args));
+    for (int64_t b = 0; b < at.batch; ++b)
+      for (int64_t t = 0; t < at.q_lens[b]; ++t)
+        for (int64_t o = 0; o < p.out_width(); ++o) {
+          const float* row = attn.data() + (b * mq + t) * qw;
+          if (!p.output_projection) {
+            a.out.Store(b, 0, t, o, row[o]);
+            continue;
+          }
+          float acc = 0;
+          for (int64_t c = 0; c < qw; ++c) {
+            const int64_t r = bug_ == Bug::kBlockWoWrongHead ? (c + d) % qw : c;
+            acc += row[c] * a.wo.Load(0, 0, r, o);
+          }
+          a.out.Store(b, 0, t, o, acc);
+        }
     return Status::Ok();
   }
 

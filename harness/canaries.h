@@ -4,7 +4,9 @@
 // correct twin (Bug::kNone) is an independent flash-style implementation --
 // KV tiles of 16 keys, running max and sum, rescale on a new max -- whose
 // summation order differs from the naive reference's, so it also shows the
-// tolerance model does not cry wolf on a correct kernel.
+// tolerance model does not cry wolf on a correct kernel. Every canary also
+// has an attention block (plain-loop projections into the cache, its own
+// attention, Wo), where the block bugs are planted.
 #ifndef ATTNKIT_HARNESS_CANARIES_H_
 #define ATTNKIT_HARNESS_CANARIES_H_
 
@@ -41,6 +43,11 @@ enum class Bug : uint8_t {
   kAppendFirstPosition,  // appends every sequence at sequence 0's position
   kAppendIgnoresLens,    // appends max(new_lens) tokens for every sequence
   kAppendVRowMajor,      // writes V with K's strides (tv cache as row-major)
+  // The attention block's (issue 19): caught only by block cases.
+  kBlockKWithWv,           // K projected with Wv
+  kBlockSliceOffByOne,     // each head's Wq slice read one column right
+  kBlockTransposedWeight,  // Wq read as if stored [q_width, hidden]
+  kBlockWoWrongHead,       // head h's attention meets head h+1's rows of Wo
 };
 inline constexpr auto kBugNames = MakeEnumTable<Bug>({
     {Bug::kNone, "none"},
@@ -62,6 +69,10 @@ inline constexpr auto kBugNames = MakeEnumTable<Bug>({
     {Bug::kAppendFirstPosition, "append_first_position"},
     {Bug::kAppendIgnoresLens, "append_ignores_lens"},
     {Bug::kAppendVRowMajor, "append_v_row_major"},
+    {Bug::kBlockKWithWv, "block_k_with_wv"},
+    {Bug::kBlockSliceOffByOne, "block_slice_off_by_one"},
+    {Bug::kBlockTransposedWeight, "block_transposed_weight"},
+    {Bug::kBlockWoWrongHead, "block_wo_wrong_head"},
 });
 static_assert(kBugNames.RoundTrips());
 inline std::string_view BugName(Bug b) { return kBugNames.Name(b); }

@@ -369,8 +369,66 @@ std::string Case::ToString() const {
   if (!io.out.is_default()) s += ",out_layout=" + RowLayoutString(io.out);
   if (io.shared_bias) s += ",bias=shared";
   if (!origins.empty()) s += ",from=" + JoinColon(origins);
+  if (is_block()) {
+    s += ",block=" + std::to_string(hidden) + ":" +
+         std::string(DTypeName(weight_dtype)) + ":" + (qkv_bias ? "1" : "0") +
+         ":" + (output_projection ? "1" : "0");
+  }
   return s + "," + problem.ToString();
 }
+
+AttentionBlockProblem Case::Block() const {
+  AttentionBlockProblem b;
+  b.attention = problem;
+  b.hidden = hidden;
+  b.weight_dtype = weight_dtype;
+  b.qkv_bias = qkv_bias;
+  b.output_projection = output_projection;
+  return b;
+}
+
+namespace {
+
+// Multiply-adds of a block case's projections (x . Wq, Wk, Wv, Wo).
+double ProjectionMacs(const Case& c) {
+  if (!c.is_block()) return 0;
+  const AttentionBlockProblem b = c.Block();
+  double tokens = 0;
+  for (int64_t q : c.problem.q_lens) tokens += static_cast<double>(q);
+  const double h = static_cast<double>(b.hidden);
+  return tokens * h *
+         static_cast<double>(b.q_width() + 2 * b.kv_width() +
+                             (b.output_projection ? b.q_width() : 0));
+}
+
+// "HIDDEN:WEIGHT_DTYPE:QKV_BIAS:WO" of block=.
+bool ParseBlockSpec(std::string_view v, Case& c) {
+  std::vector<std::string_view> parts;
+  for (size_t at = 0; at <= v.size();) {
+    const size_t colon = std::min(v.find(':', at), v.size());
+    parts.push_back(v.substr(at, colon - at));
+    at = colon + 1;
+  }
+  if (parts.size() != 4) return false;
+  auto hidden = ParseUint64(parts[0]);
+  auto w = ParseDType(parts[1]);
+  auto flag = [](std::string_view f) -> std::optional<bool> {
+    if (f == "0" || f == "1") return f == "1";
+    return std::nullopt;
+  };
+  auto qkv_bias = flag(parts[2]), wo = flag(parts[3]);
+  if (!hidden || *hidden < 1 || *hidden > static_cast<uint64_t>(kMaxHidden) ||
+      !w || !qkv_bias || !wo) {
+    return false;
+  }
+  c.hidden = static_cast<int64_t>(*hidden);
+  c.weight_dtype = *w;
+  c.qkv_bias = *qkv_bias;
+  c.output_projection = *wo;
+  return true;
+}
+
+}  // namespace
 
 double Case::Cost() const {
   const AttentionProblem& p = problem;
@@ -386,9 +444,9 @@ double Case::Cost() const {
   for (int64_t b = 0; b < p.batch; ++b) {
     tokens += static_cast<double>(p.q_lens[b] + p.kv_lens[b]);
   }
-  return cost + tokens +
+  return cost + ProjectionMacs(*this) + tokens +
          static_cast<double>(p.batch + p.q_heads + p.kv_heads + p.head_dim +
-                             kv_pad) +
+                             kv_pad + hidden) +
          static_cast<double>(decode_steps) +
          (profile == ValueProfile::kNormal ? 0 : 0.5) +
          (p.mask == MaskKind::kNone ? 0 : 0.25) +
@@ -449,6 +507,12 @@ StatusOr<Case> ParseCase(std::string_view text) {
         return bad("bias=" + vs + " is not shared|heads");
       }
       c.io.shared_bias = val == "shared";
+    } else if (key == "block") {
+      if (!ParseBlockSpec(val, c)) {
+        return bad("block=" + vs +
+                   " is not HIDDEN:f32|bf16:0|1:0|1 (hidden in [1, " +
+                   std::to_string(kMaxHidden) + "])");
+      }
     } else if (key == "from") {
       c.origins.clear();
       for (size_t at = 0; at <= val.size();) {
@@ -521,6 +585,19 @@ Status ValidateCase(const Case& c) {
           (appended ? "" : " (their product overflows int64)"));
     }
   }
+  if (c.is_block()) {
+    ATTNKIT_RETURN_IF_ERROR(c.Block().Validate());
+    auto only = [](std::string what) {
+      return Status::InvalidArgument(
+          "block=: a block case is one plain call (" + what + ")");
+    };
+    if (c.decode_steps != 0) return only("steps=0");
+    if (c.kv_pad != 0) return only("pad=0");
+    if (!c.io.q.is_default() || !c.io.out.is_default() || c.io.shared_bias)
+      return only("no q_layout, out_layout or bias=shared");
+    if (c.profile != ValueProfile::kNormal) return only("values=normal");
+    if (!c.origins.empty()) return only("no from=");
+  }
   return Status::Ok();
 }
 
@@ -544,7 +621,7 @@ double CaseWork(const Case& c) {
     pairs += std::min(q, prompt) * prompt;
     pairs += q * (n * prompt + q * n * (n + 1) / 2);
   }
-  return pairs * per_pair;
+  return pairs * per_pair + ProjectionMacs(c);
 }
 
 MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
@@ -625,6 +702,22 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
           {b, (2 * hkv * cap * es) + hq * mq * (es + 4), d});
     if (bias) e.Add("step bias", {b, hq, mq, cap, 4});
   }
+  if (c.is_block()) {
+    // x and out, the weights, the block's Q and attention buffers (the
+    // reference's and the oracle's in f64), the cache's snapshot.
+    const AttentionBlockProblem blk = c.Block();
+    const double h = static_cast<double>(blk.hidden);
+    const double width =
+        static_cast<double>(blk.q_width() + 2 * blk.kv_width() +
+                            (blk.output_projection ? blk.q_width() : 0));
+    e.Add("block x + out (batch x q x hidden)", {b, mq, h + hq * d, 4});
+    e.Add("block weights (hidden=" + std::to_string(blk.hidden) + " x " +
+              std::to_string(static_cast<int64_t>(width)) + " columns)",
+          {h, width, static_cast<double>(DTypeSize(blk.weight_dtype))});
+    e.Add("block projections (f32 + f64 oracle)", {b, mq, width, 12});
+    e.Add("block cache snapshot (2 x " + kv_shape + cap_s + dim + ")",
+          {2, b, hkv, cap, d, 4});
+  }
   return e;
 }
 
@@ -643,7 +736,48 @@ int64_t DecodeCapacity(const Case& c) {
   return c.problem.max_kv_len() + c.kv_pad;
 }
 
-Case GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
+namespace {
+
+// About 1 case in 10 is an attention block (it costs its projections on top
+// of the attention).
+constexpr double kBlockRate = 0.1;
+
+// Turns a drawn case into an attention-block case: the block's hidden size
+// (odd ones, one, past the kernels' 4-row and 256-row blocks), weight dtype,
+// biases and output projection; its attention is the drawn problem with an
+// f32 cache, kv_lens >= q_lens, head_dim <= 128 and <= 96 tokens per
+// sequence (the f64 oracle projects every token over every column).
+void MakeBlock(Case& c, Rng& r, const TierLimits& lim) {
+  AttentionProblem& p = c.problem;
+  c.hidden = Pick(r, std::array<int64_t, 9>{1, 2, 7, 16, 33, 64, 96, 130, 257});
+  c.weight_dtype = r.Bernoulli(0.5) ? DType::kBF16 : DType::kF32;
+  c.qkv_bias = r.Bernoulli(0.4);
+  c.output_projection = r.Bernoulli(0.5);
+  c.decode_steps = 0;
+  c.kv_pad = 0;
+  c.io = {};
+  c.origins.clear();
+  c.profile = ValueProfile::kNormal;
+  p.dtype = DType::kF32;
+  if (p.head_dim > 128) p.head_dim = r.Range(1, 128);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    p.q_lens[b] = std::min<int64_t>(p.q_lens[b], 96);
+    p.kv_lens[b] = std::max(p.kv_lens[b], p.q_lens[b]);
+  }
+  // The projections cost the oracle as much as the attention may: halve the
+  // hidden size, then the new tokens, until the case fits the tier again.
+  while (ProjectionMacs(c) > lim.max_macs) {
+    if (c.hidden > 1) {
+      c.hidden /= 2;
+      continue;
+    }
+    for (int64_t& q : p.q_lens) q /= 2;
+  }
+}
+
+}  // namespace
+
+Case GenerateCase(Tier tier, uint64_t seed, uint64_t index, bool blocks) {
   const TierLimits lim = LimitsOf(tier);
   // What a JIT backend specializes on -- head_dim, dtype, mask kind, V
   // layout, GQA group -- is drawn once per block of consecutive cases, so a
@@ -780,6 +914,10 @@ Case GenerateCase(Tier tier, uint64_t seed, uint64_t index) {
   c.io.q = DrawRowLayout(r, p);
   c.io.out = DrawRowLayout(r, p);
   c.io.shared_bias = p.mask == MaskKind::kBias && r.Bernoulli(0.35);
+  // Attention-block cases from a stream of their own, so every other case
+  // is what it was before blocks existed.
+  Rng blk(seed ^ 0x626c6f636bull, index);  // "block"
+  if (blk.Bernoulli(kBlockRate) && blocks) MakeBlock(c, blk, lim);
   return c;
 }
 

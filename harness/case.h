@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/attention_block.h"
 #include "runtime/enum_table.h"
 #include "runtime/limits.h"
 #include "runtime/problem.h"
@@ -58,10 +59,21 @@ struct Case {
   // (empty: sequence b is b). Set by the shrinker when it drops a sequence,
   // so the remaining ones keep their inputs.
   std::vector<int64_t> origins;
+  // > 0: an attention-block case (runtime/attention_block.h): the Q/K/V
+  // projections of x (this hidden size) around `problem`, which is then its
+  // attention (f32 cache, kv_lens >= q_lens). One call: no decode loop, pad,
+  // row layouts or value profile.
+  int64_t hidden = 0;
+  DType weight_dtype = DType::kF32;
+  bool qkv_bias = false;
+  bool output_projection = false;
+  bool is_block() const { return hidden > 0; }
+  AttentionBlockProblem Block() const;
 
   // seed=7,index=42,values=huge_logits,pad=3,steps=0,b=2,hq=8,...
   // with, when not the default, q_layout=bshd:96, out_layout=bhsd:3,
-  // bias=shared and from=0:2 after steps.
+  // bias=shared, from=0:2 and block=HIDDEN:WEIGHT_DTYPE:QKV_BIAS:WO
+  // (block=96:bf16:1:0) after steps.
   std::string ToString() const;
   // Size used by the shrinker to rank candidates: multiply-adds of the
   // oracle over all steps, plus small terms so simpler shapes win ties.
@@ -89,8 +101,10 @@ StatusOr<Case> ParseCase(std::string_view text);
 StatusOr<ValueProfile> ParseValueProfile(std::string_view s);
 
 // The case at `index` of the campaign `seed` in `tier`. Deterministic: uses
-// only Rng(seed, index).
-Case GenerateCase(Tier tier, uint64_t seed, uint64_t index);
+// only Rng(seed, index) (and its block stream). With `blocks` false no case
+// is an attention block; every other case is the same either way.
+Case GenerateCase(Tier tier, uint64_t seed, uint64_t index,
+                  bool blocks = true);
 
 // The problem of decode step `step` (0 = prompt) of a decode-loop case, and
 // the cache capacity the loop needs.

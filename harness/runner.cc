@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
 
 #include "decode/step.h"
+#include "reference/attention_block.h"
 #include "reference/concat_kv.h"
 #include "reference/oracle.h"
 #include "reference/reference.h"
@@ -536,6 +538,132 @@ StatusOr<std::vector<CheckResult>> RunDecode(
   return results;
 }
 
+// A block's cache after a backend's call: every element outside the new
+// tokens' slots [kv_len - q_len, kv_len) bit for bit what it was, and every
+// new K/V element within its bound of the oracle's projection. "" when so.
+std::string CheckBlockCache(const AttentionBlockProblem& p, const char* which,
+                            const Tensor& cache,
+                            const std::vector<std::byte>& before,
+                            const std::vector<double>& want,
+                            const std::vector<double>& bound) {
+  const TensorView& v = cache.view;
+  const AttentionProblem& at = p.attention;
+  const int64_t mq = at.max_q_len(), d = at.head_dim;
+  const auto* now = static_cast<const float*>(v.data);
+  const auto* was = reinterpret_cast<const float*>(
+      before.data() + (static_cast<const std::byte*>(v.data) -
+                       static_cast<const std::byte*>(cache.buffer.data())));
+  for (int64_t b = 0; b < v.shape[0]; ++b) {
+    const int64_t p0 = at.kv_lens[b] - at.q_lens[b];
+    for (int64_t h = 0; h < v.shape[1]; ++h)
+      for (int64_t s = 0; s < v.shape[2]; ++s)
+        for (int64_t e = 0; e < v.shape[3]; ++e) {
+          const int64_t off = v.Offset(b, h, s, e);
+          const float g = now[off];
+          if (s < p0 || s >= at.kv_lens[b]) {
+            if (std::bit_cast<uint32_t>(g) == std::bit_cast<uint32_t>(was[off]))
+              continue;
+            return "wrote " + std::string(which) + Coordinates(b, h, s, e) +
+                   " = " + std::to_string(g) +
+                   ", outside the new tokens' slots [" + std::to_string(p0) +
+                   ", " + std::to_string(at.kv_lens[b]) + ")";
+          }
+          const size_t i =
+              static_cast<size_t>((b * mq + s - p0) * p.kv_width() + h * d + e);
+          if (std::fabs(static_cast<double>(g) - want[i]) <= bound[i]) continue;
+          return std::string(which) + Coordinates(b, h, s, e) + " = " +
+                 std::to_string(g) + ", the new token's projection is " +
+                 std::to_string(want[i]) + " (allowed +-" +
+                 std::to_string(bound[i]) + ")";
+        }
+  }
+  return "";
+}
+
+std::vector<std::byte> Snapshot(const Tensor& t) {
+  const auto* p = static_cast<const std::byte*>(t.buffer.data());
+  return {p, p + t.buffer.size()};
+}
+void Restore(const Tensor& t, const std::vector<std::byte>& bytes) {
+  std::memcpy(t.buffer.data(), bytes.data(), bytes.size());
+}
+
+// An attention-block case: the oracle and the naive block give the truth,
+// then each backend's block runs on the same inputs and cache: its inputs
+// untouched, the cache changed only in the new tokens' slots (within the
+// projection bound there), out within the block's tolerance and nothing
+// written past q_len.
+StatusOr<std::vector<CheckResult>> RunBlock(
+    const Case& c, std::span<Backend* const> backends) {
+  const AttentionBlockProblem bp = c.Block();
+  auto created = [&] {
+    shared_memory::Scope share(AnyInWorker(backends));
+    return AttentionBlockData::Create(bp);
+  }();
+  ATTNKIT_ASSIGN_OR_RETURN(AttentionBlockData data, std::move(created));
+  Rng rng = ValueRng(c);
+  data.Fill(bp, rng);
+  const std::vector<std::byte> k0 = Snapshot(data.k_cache()),
+                               v0 = Snapshot(data.v_cache());
+  ATTNKIT_ASSIGN_OR_RETURN(reference::BlockTruth truth,
+                           reference::ComputeBlockTruth(bp, data.args()));
+  const AttentionProblem shape = reference::BlockOutputShape(bp);
+  const reference::Truth out_truth{truth.oracle.out, truth.out};
+  InputGuard inputs;
+  for (const auto& [name, tensor] : data.inputs()) inputs.Watch(name, *tensor);
+  std::vector<CheckResult> results;
+  for (Backend* backend : backends) {
+    CheckResult r;
+    r.backend = std::string(backend->name());
+    r.problem = c.problem;
+    r.bounds = truth.out;
+    Restore(data.k_cache(), k0);
+    Restore(data.v_cache(), v0);
+    Status supported;
+    try {
+      supported = backend->SupportsBlock(bp);
+    } catch (const std::exception& e) {
+      supported =
+          Status::Internal(std::string("SupportsBlock threw: ") + e.what());
+    }
+    if (!supported.ok()) {
+      Declined(*backend, supported, r);
+      results.push_back(std::move(r));
+      continue;
+    }
+    const Status called = TimedCall(data.out(), r, [&] {
+      return backend->AttentionBlock(bp, data.args());
+    });
+    auto fail = [&](Outcome o, std::string msg) {
+      r.outcome = o;
+      r.message = std::move(msg);
+    };
+    if (!called.ok()) {
+      fail(ErrorOutcome(*backend), called.ToString());
+      inputs.CheckAndRestore();
+    } else if (std::string wrote = inputs.CheckAndRestore(); !wrote.empty()) {
+      fail(Outcome::kInputWrite, std::move(wrote));
+    } else if (std::string k =
+                   CheckBlockCache(bp, "k_cache", data.k_cache(), k0,
+                                   truth.oracle.k, truth.k_bound);
+               !k.empty()) {
+      fail(Outcome::kKvCache, std::move(k));
+    } else if (std::string v =
+                   CheckBlockCache(bp, "v_cache", data.v_cache(), v0,
+                                   truth.oracle.v, truth.v_bound);
+               !v.empty()) {
+      fail(Outcome::kKvCache, std::move(v));
+    } else if (Judge(shape, data.out().view, out_truth, -1, r)) {
+      if (std::string stray = StrayWrite(shape, data.out()); !stray.empty())
+        fail(Outcome::kStrayWrite, std::move(stray));
+    }
+    // Judge reports the output's shape; the case's problem is the attention.
+    r.problem = c.problem;
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
 }  // namespace
 
 Rng ValueRng(const Case& c) {
@@ -545,6 +673,7 @@ Rng ValueRng(const Case& c) {
 StatusOr<std::vector<CheckResult>> RunCase(const Case& c,
                                            std::span<Backend* const> backends) {
   ATTNKIT_RETURN_IF_ERROR(ValidateCase(c));
+  if (c.is_block()) return RunBlock(c, backends);
   if (c.decode_steps > 0) return RunDecode(c, backends);
   return RunPlain(c, backends);
 }

@@ -1,7 +1,9 @@
 // The differential runner: one case, every backend under test, each checked
 // against the f64 oracle with the tolerance model. A plain case is one
 // attention call; a decode-loop case appends to a preallocated cache per
-// backend step by step and checks every step's output and the cache bytes.
+// backend step by step and checks every step's output and the cache bytes;
+// an attention-block case runs each backend's block and checks its output,
+// the new tokens' cache slots and every other byte of the cache.
 #ifndef ATTNKIT_HARNESS_RUNNER_H_
 #define ATTNKIT_HARNESS_RUNNER_H_
 

@@ -592,6 +592,7 @@ Report Check(py::object fn, const std::string& tier_name, uint64_t seed,
     o.shard_index = shard.first;
     o.shard_count = shard.second;
     o.max_memory_bytes = DefaultMaxMemory();
+    o.blocks = false;  // a callable is an attention, not a block
     o.progress = progress ? harness::Progress::kTty : harness::Progress::kOff;
     o.stop = &stop;
     py::gil_scoped_release release;

@@ -194,4 +194,66 @@ Status OracleAttentionBlock(const AttentionBlockProblem& p,
   return Status::Ok();
 }
 
+AttentionProblem BlockOutputShape(const AttentionBlockProblem& p) {
+  AttentionProblem shape;
+  shape.batch = p.attention.batch;
+  shape.q_heads = shape.kv_heads = 1;
+  shape.head_dim = p.out_width();
+  shape.q_lens = shape.kv_lens = p.attention.q_lens;
+  return shape;
+}
+
+namespace {
+
+// sum_h |x_h w_hc| + |bias_c| for every new token and K/V column, in the
+// layout of BlockOracle::k: the magnitude the cache bound scales with.
+std::vector<double> AbsProjection(const AttentionBlockProblem& p,
+                                  const AttentionBlockArgs& a,
+                                  const TensorView& w, const TensorView& bias) {
+  const AttentionProblem& at = p.attention;
+  const int64_t mq = at.max_q_len(), width = w.shape[3];
+  std::vector<double> out(static_cast<size_t>(at.batch * mq * width), 0.0);
+  for (int64_t b = 0; b < at.batch; ++b)
+    for (int64_t t = 0; t < at.q_lens[b]; ++t) {
+      double* row = out.data() + (b * mq + t) * width;
+      for (int64_t h = 0; h < p.hidden; ++h) {
+        const double x = std::fabs(a.x.Load(b, 0, t, h));
+        for (int64_t c = 0; c < width; ++c)
+          row[c] += x * std::fabs(w.Load(0, 0, h, c));
+      }
+      if (!bias.is_null())
+        for (int64_t c = 0; c < width; ++c)
+          row[c] += std::fabs(bias.Load(0, 0, 0, c));
+    }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<BlockTruth> ComputeBlockTruth(const AttentionBlockProblem& p,
+                                       const AttentionBlockArgs& args) {
+  BlockTruth t;
+  ATTNKIT_RETURN_IF_ERROR(OracleAttentionBlock(p, args, &t.oracle));
+  ATTNKIT_RETURN_IF_ERROR(AttentionBlock(p, args));
+  const AttentionProblem shape = BlockOutputShape(p);
+  t.naive = MeasureError(shape, t.oracle.out, args.out);
+  if (t.naive.nonfinite > 0) {
+    return Status::Internal("the naive block produced NaN/Inf for " +
+                            p.ToString());
+  }
+  double scale = 1;
+  for (double v : t.oracle.out) scale = std::max(scale, std::fabs(v));
+  const double sums = std::sqrt(static_cast<double>(p.hidden + p.q_width()));
+  t.out.max_abs = kMaxErrorFactor * t.naive.max_abs +
+                  32 * kEpsF32 * scale * sums + kFlushToZeroAllowance;
+  t.out.mean_abs = kMeanErrorFactor * t.naive.mean_abs +
+                   8 * kEpsF32 * scale * sums + kFlushToZeroAllowance;
+  const double gamma = static_cast<double>(p.hidden + 2) * kEpsF32;
+  t.k_bound = AbsProjection(p, args, args.wk, args.bk);
+  t.v_bound = AbsProjection(p, args, args.wv, args.bv);
+  for (std::vector<double>* bound : {&t.k_bound, &t.v_bound})
+    for (double& b : *bound) b *= gamma;
+  return t;
+}
+
 }  // namespace attnkit::reference

@@ -105,8 +105,12 @@ TEST(AttentionBlockTest, WritesOnlyTheNewTokensCacheSlots) {
             if (s < p0 || s >= at.kv_lens[b]) {
               // Bit for bit what was there (NaN stays NaN).
               EXPECT_EQ(std::isnan(gk), std::isnan(before_k[idx])) << text;
-              if (!std::isnan(gk)) EXPECT_EQ(gk, before_k[idx]) << text;
-              if (!std::isnan(gv)) EXPECT_EQ(gv, before_v[idx]) << text;
+              if (!std::isnan(gk)) {
+                EXPECT_EQ(gk, before_k[idx]) << text;
+              }
+              if (!std::isnan(gv)) {
+                EXPECT_EQ(gv, before_v[idx]) << text;
+              }
               continue;
             }
             const size_t o = static_cast<size_t>(

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "runtime/attention_block.h"
 #include "runtime/enum_table.h"
@@ -143,6 +145,14 @@ class AttentionBlockData {
   const AttentionBlockArgs& args() const { return args_; }
   const Tensor& k_cache() const { return k_; }
   const Tensor& v_cache() const { return v_; }
+  const Tensor& out() const { return out_; }
+  // The read-only inputs by name (x, the weights and biases, the attention
+  // bias); absent ones have an empty buffer.
+  std::vector<std::pair<const char*, const Tensor*>> inputs() const {
+    return {{"x", &x_},   {"wq", &wq_}, {"wk", &wk_},
+            {"wv", &wv_}, {"bq", &bq_}, {"bk", &bk_},
+            {"bv", &bv_}, {"wo", &wo_}, {"bias", &bias_}};
+  }
 
  private:
   Tensor x_, wq_, wk_, wv_, bq_, bk_, bv_, wo_, bias_, k_, v_, out_;
