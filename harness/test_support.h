@@ -85,6 +85,36 @@ inline std::vector<CheckResult> ExpectMatchesOracle(
   return std::move(r).value();
 }
 
+// The same for an attention block: `p` as a block case run on each of
+// `backends` -- output, the cache's new slots and every other cache byte
+// checked by the runner (harness/README.md, "Cases").
+inline std::vector<CheckResult> ExpectBlockMatchesOracle(
+    std::span<Backend* const> backends, const AttentionBlockProblem& p,
+    uint64_t seed) {
+  Case c;
+  c.seed = seed;
+  c.problem = p.attention;
+  c.hidden = p.hidden;
+  c.weight_dtype = p.weight_dtype;
+  c.qkv_bias = p.qkv_bias;
+  c.output_projection = p.output_projection;
+  auto r = RunCase(c, backends);
+  if (!r.ok()) {
+    ADD_FAILURE() << "bad case " << c.ToString() << ": "
+                  << r.status().ToString();
+    return {};
+  }
+  for (const CheckResult& x : *r) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof(ratio), "%.3g", x.ratio);
+    EXPECT_EQ(OutcomeName(x.outcome), OutcomeName(Outcome::kPass))
+        << "error/bound " << ratio << "\n"
+        << FormatResult(c, x) << "  " << x.message
+        << "\n  Replay: " << ReproducerCommand(c, x.backend);
+  }
+  return std::move(r).value();
+}
+
 inline CheckResult ExpectMatchesOracle(
     Backend& b, const AttentionProblem& p, uint64_t seed,
     ValueProfile profile = ValueProfile::kNormal, int64_t kv_pad = 0) {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "reference/attention_block.h"
+#include "harness/test_support.h"
 #include "runtime/accounting.h"
 #include "runtime/random.h"
 #include "simd/simd_backend.h"
@@ -69,73 +69,39 @@ const char* const kBlocks[] = {
 // The simd block against the f64 oracle (as the reference block is held in
 // reference/attention_block_test.cc: 1e-4 of 1 + |oracle|), its new cache
 // slots too, and nothing else of the cache written.
-// Both forms: the fused block through the backend, and the unfused one
-// (whole projections, append, attention) on the same backend.
-enum class Form { kFused, kUnfused };
+// The unfused form as a backend, so the runner can check it too.
+class Unfused final : public Backend {
+ public:
+  explicit Unfused(Backend& simd) : simd_(simd) {}
+  std::string_view name() const override { return "simd_unfused"; }
+  Status Attention(const AttentionProblem& p, const AttentionArgs& a) override {
+    return simd_.Attention(p, a);
+  }
+  Status SupportsBlock(const AttentionBlockProblem& p) const override {
+    return p.Validate();
+  }
+  Status AttentionBlock(const AttentionBlockProblem& p,
+                        const AttentionBlockArgs& a) override {
+    return UnfusedAttentionBlock(simd_, ws_, 2, p, a);
+  }
 
-Status RunForm(Form form, Backend& simd, BlockWorkspace& ws,
-               const AttentionBlockProblem& p, const AttentionBlockArgs& a) {
-  if (form == Form::kFused) return simd.AttentionBlock(p, a);
-  return UnfusedAttentionBlock(simd, ws, 2, p, a);
-}
+ private:
+  Backend& simd_;
+  BlockWorkspace ws_;
+};
 
-class SimdBlockFormTest : public ::testing::TestWithParam<Form> {};
-
-TEST_P(SimdBlockFormTest, AgreesWithTheOracle) {
+// Both forms through the runner: output, new cache slots and every other
+// cache byte against the f64 oracle with the project's block tolerance;
+// each case twice (the second call reuses warm workspaces).
+TEST(SimdAttentionBlockTest, BothFormsMatchTheOracle) {
   std::unique_ptr<Backend> simd = MakeSimdBackend();
-  BlockWorkspace ws;
+  Unfused unfused(*simd);
+  Backend* both[] = {simd.get(), &unfused, simd.get(), &unfused};
   for (const char* text : kBlocks) {
-    const AttentionBlockProblem p = Block(text);
-    const AttentionProblem& at = p.attention;
-    StatusOr<AttentionBlockData> d = AttentionBlockData::Create(p);
-    ASSERT_TRUE(d.ok()) << d.status().message();
-    Rng rng(17);
-    d.value().Fill(p, rng);
-    const AttentionBlockArgs& a = d.value().args();
-    reference::BlockOracle o;
-    ASSERT_TRUE(reference::OracleAttentionBlock(p, a, &o).ok());
-    ASSERT_TRUE(simd->SupportsBlock(p).ok());
-    // Twice: the second call reuses the workspaces and must agree.
-    for (int call = 0; call < 2; ++call) {
-      ASSERT_TRUE(RunForm(GetParam(), *simd, ws, p, a).ok()) << text;
-      for (int64_t b = 0; b < at.batch; ++b)
-        for (int64_t t = 0; t < at.q_lens[b]; ++t)
-          for (int64_t c = 0; c < p.out_width(); ++c) {
-            const double want =
-                o.out[(b * at.max_q_len() + t) * p.out_width() + c];
-            ASSERT_NEAR(a.out.Load(b, 0, t, c), want,
-                        1e-4 * (1 + std::fabs(want)))
-                << text << " out " << b << "," << t << "," << c;
-          }
-      for (int64_t b = 0; b < at.batch; ++b) {
-        const int64_t p0 = at.kv_lens[b] - at.q_lens[b];
-        for (int64_t h = 0; h < at.kv_heads; ++h)
-          for (int64_t s = p0; s < a.k_cache.shape[2]; ++s)
-            for (int64_t e = 0; e < at.head_dim; ++e) {
-              const float k = a.k_cache.Load(b, h, s, e);
-              if (s >= at.kv_lens[b]) {  // past the context: still poison
-                ASSERT_TRUE(std::isnan(k)) << text;
-                continue;
-              }
-              const size_t i = static_cast<size_t>(
-                  (b * at.max_q_len() + s - p0) * p.kv_width() +
-                  h * at.head_dim + e);
-              ASSERT_NEAR(k, o.k[i], 1e-4 * (1 + std::fabs(o.k[i]))) << text;
-              ASSERT_NEAR(a.v_cache.Load(b, h, s, e), o.v[i],
-                          1e-4 * (1 + std::fabs(o.v[i])))
-                  << text;
-            }
-      }
-    }
+    SCOPED_TRACE(text);
+    harness::testing::ExpectBlockMatchesOracle(both, Block(text), 17);
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(BothForms, SimdBlockFormTest,
-                         ::testing::Values(Form::kFused, Form::kUnfused),
-                         [](const auto& info) {
-                           return info.param == Form::kFused ? "fused"
-                                                             : "unfused";
-                         });
 
 TEST(SimdAttentionBlockTest, BadArgumentsAreNamed) {
   std::unique_ptr<Backend> simd = MakeSimdBackend();
