@@ -8,8 +8,8 @@
 // decode_microkernels.h, kPrefetchBytes in kernel.h); simd/README.md has the
 // measurements behind each choice.
 //
-// Include ONLY from flash_impl.h (see simd/isa.h: everything here lives in
-// the per-ISA namespace ATTNKIT_SIMD_NS).
+// Include ONLY from flash_impl.h or tile_steps.h (see simd/isa.h: everything
+// here lives in the per-ISA namespace ATTNKIT_SIMD_NS).
 #ifndef ATTNKIT_SIMD_NS
 #error "define ATTNKIT_SIMD_NS before including simd/decode_kernel.h"
 #endif

@@ -48,7 +48,6 @@
 
 #include <cassert>
 #include <cstdint>
-#include <type_traits>
 
 #include "simd/block.h"
 #include "simd/decode_kernel.h"
@@ -65,25 +64,6 @@ struct Flash {
   using Prefill = PrefillKernel<X>;
   using Decode = DecodeKernel<X>;
 
-  // f(std::integral_constant<int, RV>) for the RV = ceil(rows / W) row
-  // vectors of the prefill path (1..4).
-  template <class F>
-  static void WithRowVectors(int64_t rows, F&& f) {
-    switch ((rows + W - 1) / W) {
-      case 1:
-        return f(std::integral_constant<int, 1>{});
-      case 2:
-        return f(std::integral_constant<int, 2>{});
-      case 3:
-        return f(std::integral_constant<int, 3>{});
-      case 4:
-        return f(std::integral_constant<int, 4>{});
-      default:
-        break;
-    }
-    assert(false && "more rows than KernelOps::max_rows");
-  }
-
   static void RunBlock(const BlockJob& job, float* ws) {
     const WorkspaceLayout L = ComputeLayout(job.problem->head_dim);
     const Rows rows = MakeRows(job);
@@ -92,89 +72,21 @@ struct Flash {
     // rows).
     if (job.queries * job.group_heads >= W) {
       assert(job.kv_heads == 1);
-      WithRowVectors(rows.count, [&](auto rv) {
+      Prefill::WithRowVectors(rows.count, [&](auto rv) {
         Prefill::template Run<decltype(rv)::value>(job, rows, ws, L);
       });
       return;
     }
     Decode::Run(job, rows, ws, L);
   }
-
-  // ---- TileSteps (kernel.h), for simd/microkernel_test.cc
-  static void PrefillQk(const BlockJob& job, int64_t j0, int64_t nt, float* ws,
-                        float* scores) {
-    const WorkspaceLayout L = ComputeLayout(job.problem->head_dim);
-    const Rows rows = MakeRows(job);
-    WithRowVectors(rows.count, [&](auto rv) {
-      constexpr int RV = decltype(rv)::value;
-      constexpr int64_t rp = RV * W;
-      Prefill::template LoadQueries<RV>(job, rows, ws, L);
-      Prefill::template QkTile<RV>(job, ws, L, j0, nt);
-      const float* st = ws + L.scores;
-      for (int64_t r = 0; r < rows.count; ++r)
-        for (int64_t j = 0; j < nt; ++j) scores[r * nt + j] = st[j * rp + r];
-    });
-  }
-  static void PrefillPv(const BlockJob& job, int64_t j0, int64_t nt,
-                        const float* probs, float* ws, float* out) {
-    const int64_t d = job.problem->head_dim;
-    const WorkspaceLayout L = ComputeLayout(d);
-    const Rows rows = MakeRows(job);
-    WithRowVectors(rows.count, [&](auto rv) {
-      constexpr int RV = decltype(rv)::value;
-      constexpr int64_t rp = RV * W;
-      float* st = ws + L.scores;
-      float* ot = ws + L.out;
-      for (int64_t r = 0; r < rp; ++r) {
-        const bool row = r < rows.count;
-        for (int64_t j = 0; j < nt; ++j)
-          st[j * rp + r] = row ? probs[r * nt + j] : 0.0f;
-        for (int64_t e = 0; e < d; ++e)
-          ot[e * rp + r] = row ? out[r * d + e] : 0.0f;
-      }
-      Prefill::template PvTile<RV>(job, ws, L, j0, nt);
-      for (int64_t r = 0; r < rows.count; ++r)
-        for (int64_t e = 0; e < d; ++e) out[r * d + e] = ot[e * rp + r];
-    });
-  }
-  static void DecodeQk(const BlockJob& job, int64_t j0, int64_t nt, float* ws,
-                       float* scores) {
-    const WorkspaceLayout L = ComputeLayout(job.problem->head_dim);
-    const Rows rows = MakeRows(job);
-    const typename Decode::Item it(job, rows, ws, L);
-    Decode::LoadQueries(it);
-    Decode::QkTile(it, {j0, nt, (nt + W - 1) / W * W});
-    for (int64_t r = 0; r < rows.count; ++r)
-      for (int64_t j = 0; j < nt; ++j)
-        scores[r * nt + j] = it.sm[r * kDecodeTileKeys + j];
-  }
-  static void DecodePv(const BlockJob& job, int64_t j0, int64_t nt,
-                       const float* probs, float* ws, float* out) {
-    const WorkspaceLayout L = ComputeLayout(job.problem->head_dim);
-    const Rows rows = MakeRows(job);
-    const typename Decode::Item it(job, rows, ws, L);
-    const int64_t d = it.d, De = it.De, ntp = (nt + W - 1) / W * W;
-    for (int64_t r = 0; r < rows.count; ++r) {
-      for (int64_t j = 0; j < ntp; ++j)
-        it.sm[r * kDecodeTileKeys + j] = j < nt ? probs[r * nt + j] : 0.0f;
-      for (int64_t e = 0; e < De; ++e)
-        it.o[r * De + e] = e < d ? out[r * d + e] : 0.0f;
-    }
-    Decode::PvTile(it, {j0, nt, ntp});
-    for (int64_t r = 0; r < rows.count; ++r)
-      for (int64_t e = 0; e < d; ++e) out[r * d + e] = it.o[r * De + e];
-  }
 };
 
 // The ops table of this translation unit's ISA.
 template <class X>
 const KernelOps& MakeOps(Isa isa) {
-  static const KernelOps ops{isa,
-                             X::W,
+  static const KernelOps ops{isa, X::W,
                              4 * X::W < kMaxRows ? 4 * X::W : kMaxRows,
-                             &Flash<X>::RunBlock,
-                             {&Flash<X>::PrefillQk, &Flash<X>::PrefillPv},
-                             {&Flash<X>::DecodeQk, &Flash<X>::DecodePv}};
+                             &Flash<X>::RunBlock};
   return ops;
 }
 

@@ -92,30 +92,12 @@ struct BlockJob {
   int64_t rows() const { return kv_heads * queries * group_heads; }
 };
 
-// One step of a kernel path, reachable per ISA for simd/microkernel_test.cc
-// (XNNPACK's tester pattern: each building block against a scalar loop on
-// every ISA). Each runs on the job's rows (in run_block's order: kv head,
-// then query, then head) and keys [j0, j0 + nt), nt <= the path's tile
-// (kPrefillTileKeys, kDecodeTileKeys), with `ws` a zeroed workspace as for
-// run_block. Not used by the backend.
-struct TileSteps {
-  // scores[r * nt + j] = Q[r] . K[j0 + j] (no scale, no mask).
-  void (*qk)(const BlockJob& job, int64_t j0, int64_t nt, float* ws,
-             float* scores);
-  // out[r * d + e] += sum_j probs[r * nt + j] * V[j0 + j][e].
-  void (*pv)(const BlockJob& job, int64_t j0, int64_t nt, const float* probs,
-             float* ws, float* out);
-};
-
 struct KernelOps {
   Isa isa;
   int vector_floats;  // f32 lanes per vector
   int max_rows;       // rows per work item: 4 vectors (<= kMaxRows)
   // ws: a zeroed-at-allocation workspace of ComputeLayout(d).total floats.
   void (*run_block)(const BlockJob& job, float* ws);
-  // The paths' building blocks, for tests: prefill (lanes = rows, up to
-  // max_rows rows) and decode (lanes = d or keys, up to kMaxRows rows).
-  TileSteps prefill_steps, decode_steps;
 };
 
 // The scalar fallback as an xsimd-dispatchable architecture tag: always
@@ -150,6 +132,35 @@ const KernelOps& Avx2Ops();
 const KernelOps& ScalarOps();
 
 bool CpuHasAvx512Bf16();
+
+// One step of a kernel path, for simd/microkernel_test.cc (XNNPACK's tester
+// pattern: each building block against a scalar loop, on every ISA). Each
+// runs on the job's rows (in run_block's order: kv head, then query, then
+// head) and keys [j0, j0 + nt), nt <= the path's tile (kPrefillTileKeys,
+// kDecodeTileKeys), with `ws` a zeroed workspace as for run_block.
+struct TileSteps {
+  // scores[r * nt + j] = Q[r] . K[j0 + j] (no scale, no mask).
+  void (*qk)(const BlockJob& job, int64_t j0, int64_t nt, float* ws,
+             float* scores);
+  // out[r * d + e] += sum_j probs[r * nt + j] * V[j0 + j][e].
+  void (*pv)(const BlockJob& job, int64_t j0, int64_t nt, const float* probs,
+             float* ws, float* out);
+};
+// One ISA's steps: the prefill path's (lanes = rows; up to KernelOps::
+// max_rows rows, one kv head) and the decode path's (lanes = d or keys; up
+// to kMaxRows rows). Defined in tile_steps_<isa>.cc, translation units of
+// their own (library attnkit_simd_steps, linked by tests only) so that the
+// kernels' translation units are compiled exactly as the backend runs them.
+struct KernelSteps {
+  Isa isa;
+  TileSteps prefill, decode;
+};
+const KernelSteps& ScalarSteps();
+const KernelSteps& Avx2Steps();
+const KernelSteps& Avx512Steps();
+const KernelSteps& Avx512Bf16Steps();
+// The steps for `isa`, or null when this CPU cannot run it (as OpsFor).
+const KernelSteps* StepsFor(Isa isa);
 
 // The ops for `isa`, or null when this CPU cannot run it.
 const KernelOps* OpsFor(Isa isa);

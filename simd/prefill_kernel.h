@@ -5,8 +5,8 @@
 // runs the same register-blocked micro-kernels with no transposition, and
 // the row max/sum of the online softmax are lane-wise (no shuffles).
 //
-// Include ONLY from flash_impl.h (see simd/isa.h: everything here lives in
-// the per-ISA namespace ATTNKIT_SIMD_NS).
+// Include ONLY from flash_impl.h or tile_steps.h (see simd/isa.h: everything
+// here lives in the per-ISA namespace ATTNKIT_SIMD_NS).
 #ifndef ATTNKIT_SIMD_NS
 #error "define ATTNKIT_SIMD_NS before including simd/prefill_kernel.h"
 #endif
@@ -14,8 +14,10 @@
 #ifndef ATTNKIT_SIMD_PREFILL_KERNEL_H_
 #define ATTNKIT_SIMD_PREFILL_KERNEL_H_
 
+#include <cassert>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/problem.h"
 #include "simd/block.h"
@@ -39,6 +41,25 @@ struct PrefillKernel {
   static constexpr int kBlock = (kRegs - 1 - RV) / RV < 8
                                     ? (kRegs - 1 - RV) / RV
                                     : 8;
+
+  // f(std::integral_constant<int, RV>) for the RV = ceil(rows / W) row
+  // vectors of the prefill path (1..4).
+  template <class F>
+  static void WithRowVectors(int64_t rows, F&& f) {
+    switch ((rows + W - 1) / W) {
+      case 1:
+        return f(std::integral_constant<int, 1>{});
+      case 2:
+        return f(std::integral_constant<int, 2>{});
+      case 3:
+        return f(std::integral_constant<int, 3>{});
+      case 4:
+        return f(std::integral_constant<int, 4>{});
+      default:
+        break;
+    }
+    assert(false && "more rows than KernelOps::max_rows");
+  }
 
   // ---- micro-kernels
   // S^T[j][rows] for NK keys: Q^T is [d][rp] (rp = RV*W rows), K row pointers
