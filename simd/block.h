@@ -35,7 +35,7 @@ struct Rows {
   int64_t keys_begin = 0, keys_end = 0;
 };
 
-inline Rows MakeRows(const BlockJob& job) {
+ATTNKIT_SIMD_STEP inline Rows MakeRows(const BlockJob& job) {
   const AttentionProblem& p = *job.problem;
   const AttentionArgs& a = *job.args;
   Rows rows;
@@ -79,8 +79,8 @@ struct TileCoverage {
   bool full = true, empty = true;
 };
 
-inline TileCoverage CoverTile(const Rows& rows, int64_t j0, int64_t nt,
-                              bool has_bias) {
+ATTNKIT_SIMD_STEP inline TileCoverage CoverTile(const Rows& rows, int64_t j0,
+                                                int64_t nt, bool has_bias) {
   TileCoverage c;
   c.full = !has_bias;
   for (int64_t r = 0; r < rows.count; ++r) {
@@ -95,8 +95,9 @@ inline TileCoverage CoverTile(const Rows& rows, int64_t j0, int64_t nt,
 // Row r's logits s[j * kStride], j < nt, of the tile at key j0 (log2 units):
 // -inf for a key the row does not see, plus its bias (times log2 e) else.
 template <int64_t kStride>
-void MaskRow(const Rows& rows, int64_t r, int64_t j0, int64_t nt,
-             int64_t bias_stride, float* s) {
+ATTNKIT_SIMD_STEP inline void MaskRow(const Rows& rows, int64_t r, int64_t j0,
+                                      int64_t nt, int64_t bias_stride,
+                                      float* s) {
   const int64_t lo = rows.key_begin[r] - j0, hi = rows.key_end[r] - j0;
   const float* br = rows.bias[r];
   for (int64_t j = 0; j < nt; ++j) {
@@ -113,8 +114,9 @@ void MaskRow(const Rows& rows, int64_t r, int64_t j0, int64_t nt,
 // l[r] into args.out (zeros when l is 0: no key), or, for a split job, O, m
 // and l as they are into its partial block.
 template <class OAt>
-void WriteRows(const BlockJob& job, const Rows& rows, const float* m,
-               const float* l, OAt o_at) {
+ATTNKIT_SIMD_STEP inline void WriteRows(const BlockJob& job, const Rows& rows,
+                                        const float* m, const float* l,
+                                        OAt o_at) {
   const int64_t d = job.problem->head_dim;
   const AttentionArgs& a = *job.args;
   for (int64_t r = 0; r < rows.count; ++r) {

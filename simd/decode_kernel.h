@@ -43,7 +43,8 @@ struct DecodeKernel {
   // the workspace regions. Q [R][De] (f32, zero padded) or [R][d] (bf16 for
   // vdpbf16ps); S / P [R][kDecodeTileKeys]; O [R][De].
   struct Item {
-    Item(const BlockJob& j, const Rows& rs, float* ws, const WorkspaceLayout& L)
+    ATTNKIT_SIMD_STEP Item(const BlockJob& j, const Rows& rs, float* ws,
+                           const WorkspaceLayout& L)
         : job(j),
           p(*j.problem),
           a(*j.args),
@@ -101,7 +102,7 @@ struct DecodeKernel {
 
   // Loads the rows' Q (widened and zero padded, or bf16 as stored for
   // vdpbf16ps) and starts each row's state: O = 0, m = -inf, l = 0.
-  static void LoadQueries(const Item& it) {
+  ATTNKIT_SIMD_STEP static void LoadQueries(const Item& it) {
     const BlockJob& job = it.job;
     const AttentionArgs& a = it.a;
     const int64_t d = it.d, De = it.De;
@@ -125,8 +126,9 @@ struct DecodeKernel {
   // kp[kk] = K row j0 + jb + kk of kv head kvh, kk < W: in place, widened
   // into the workspace (d not a multiple of W), or the zero row past the
   // tile (masked later), so the QK^T loop is uniform.
-  static void KeyRows(const Item& it, const Tile& t, int64_t kvh, int64_t jb,
-                      const void** kp) {
+  ATTNKIT_SIMD_STEP static void KeyRows(const Item& it, const Tile& t,
+                                        int64_t kvh, int64_t jb,
+                                        const void** kp) {
     const AttentionArgs& a = it.a;
     const int64_t b = it.job.batch, d = it.d, De = it.De;
     for (int kk = 0; kk < W; ++kk) {
@@ -146,8 +148,8 @@ struct DecodeKernel {
 
   // The K rows ahead_keys ahead of the W dotted at jb, fetched by the first
   // row group's dot loop.
-  static AheadRows KeysAhead(const Item& it, const Tile& t, int64_t kvh,
-                             int64_t jb) {
+  ATTNKIT_SIMD_STEP static AheadRows KeysAhead(const Item& it, const Tile& t,
+                                               int64_t kvh, int64_t jb) {
     AheadRows k_ahead;
     const int64_t jk = t.j0 + jb + it.ahead_keys;
     if (jk < it.end) {
@@ -161,9 +163,10 @@ struct DecodeKernel {
   }
 
   // Transposed V: its rows are d rows along the keys, so the next tile's
-  // slice of them is prefetched a part per W keys of this tile.
-  static void PrefetchNextVt(const Item& it, const Tile& t, int64_t kvh,
-                             int64_t jb) {
+  // slice of them is prefetched a part per W keys of this tile (nothing for
+  // other layouts or the last tile).
+  ATTNKIT_SIMD_STEP static void PrefetchNextVt(const Item& it, const Tile& t,
+                                               int64_t kvh, int64_t jb) {
     const int64_t next = t.j0 + kDecodeTileKeys, d = it.d;
     if (!it.tv || next >= it.end) return;
     const int64_t per = (d * W + t.ntp - 1) / t.ntp;
@@ -180,8 +183,9 @@ struct DecodeKernel {
 
   // S[r][jb .. jb + W) for kv head rows [s0, s0 + Rh), kQkRowGroup rows per
   // call; the first group fetches k_ahead.
-  static void QkRows(const Item& it, const void* const* kp, int64_t s0,
-                     int64_t jb, const AheadRows& k_ahead) {
+  ATTNKIT_SIMD_STEP static void QkRows(const Item& it, const void* const* kp,
+                                       int64_t s0, int64_t jb,
+                                       const AheadRows& k_ahead) {
     const int64_t Rh = it.Rh;
     for (int64_t r0 = s0; r0 < s0 + Rh; r0 += kQkRowGroup) {
       const int rn = static_cast<int>(s0 + Rh - r0 < kQkRowGroup ? s0 + Rh - r0
@@ -208,7 +212,7 @@ struct DecodeKernel {
   // S = Q K^T over the tile, W keys at a time, per kv head of the job
   // (several only for BSHD decode: their rows at one key are adjacent in
   // memory, see simd_backend.cc).
-  static void QkTile(const Item& it, const Tile& t) {
+  ATTNKIT_SIMD_STEP static void QkTile(const Item& it, const Tile& t) {
     for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
       const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
       for (int64_t jb = 0; jb < t.ntp; jb += W) {
@@ -225,8 +229,8 @@ struct DecodeKernel {
   // (`masked`) and -inf past the tile, raise the running max (lazily),
   // P = exp2(S - m) in place, l = l*alpha + rowsum(P), O *= alpha when the
   // max moved.
-  static void SoftmaxRow(const Item& it, const Tile& t, int64_t r, bool masked,
-                         const V& c) {
+  ATTNKIT_SIMD_STEP static void SoftmaxRow(const Item& it, const Tile& t,
+                                           int64_t r, bool masked, const V& c) {
     const int64_t ntp = t.ntp, De = it.De;
     float* sr = it.sm + r * kDecodeTileKeys;
     for (int64_t j = 0; j < ntp; j += W) X::Store(sr + j, X::Load(sr + j) * c);
@@ -260,7 +264,8 @@ struct DecodeKernel {
     }
     it.m[r] = m_new;
   }
-  static void SoftmaxTile(const Item& it, const Tile& t, bool masked) {
+  ATTNKIT_SIMD_STEP static void SoftmaxTile(const Item& it, const Tile& t,
+                                            bool masked) {
     const V c = X::Set(it.job.scale_log2e);
     for (int64_t r = 0; r < it.R; ++r) SoftmaxRow(it, t, r, masked, c);
   }
@@ -268,8 +273,8 @@ struct DecodeKernel {
   // O += P V for transposed V: V^T rows (one per e) along the keys, dotted
   // with P rows, W of e at a time, reduced by haddp. A full f32 tile is read
   // in place; a tail or bf16 tile is widened into zero-padded rows.
-  static void PvTransposedV(const Item& it, const Tile& t, int64_t kvh,
-                            int64_t s0) {
+  ATTNKIT_SIMD_STEP static void PvTransposedV(const Item& it, const Tile& t,
+                                              int64_t kvh, int64_t s0) {
     const AttentionArgs& a = it.a;
     const int64_t d = it.d, De = it.De, nt = t.nt, ntp = t.ntp;
     const float* vbase = nullptr;
@@ -306,8 +311,8 @@ struct DecodeKernel {
 
   // O += P V for V rows of d % W != 0: copied into zero-padded f32 rows,
   // prefetching the rows ahead as the copy goes.
-  static void PvWidened(const Item& it, const Tile& t, int64_t kvh,
-                        int64_t s0) {
+  ATTNKIT_SIMD_STEP static void PvWidened(const Item& it, const Tile& t,
+                                          int64_t kvh, int64_t s0) {
     const AttentionArgs& a = it.a;
     const int64_t b = it.job.batch, d = it.d, De = it.De;
     AheadRows v_ahead;
@@ -328,7 +333,7 @@ struct DecodeKernel {
   }
 
   // O += P V over the tile, per kv head of the job.
-  static void PvTile(const Item& it, const Tile& t) {
+  ATTNKIT_SIMD_STEP static void PvTile(const Item& it, const Tile& t) {
     const AttentionArgs& a = it.a;
     for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
       const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
@@ -352,15 +357,16 @@ struct DecodeKernel {
     }
   }
 
-  static Tile MakeTile(const Item& it, int64_t j0) {
+  ATTNKIT_SIMD_STEP static Tile MakeTile(const Item& it, int64_t j0) {
     const int64_t nt =
         it.end - j0 < kDecodeTileKeys ? it.end - j0 : kDecodeTileKeys;
     return {j0, nt, (nt + W - 1) / W * W};
   }
 
-  // One work item (any number of rows up to kMaxRows) over its keys.
-  static void Run(const BlockJob& job, const Rows& rows, float* ws,
-                  const WorkspaceLayout& L) {
+  // One work item (any number of rows up to kMaxRows) over its keys
+  // (flatten: see ATTNKIT_SIMD_STEP in isa.h).
+  [[gnu::flatten]] static void Run(const BlockJob& job, const Rows& rows,
+                                   float* ws, const WorkspaceLayout& L) {
     const Item it(job, rows, ws, L);
     LoadQueries(it);
     const bool has_bias = it.p.mask == MaskKind::kBias;

@@ -28,9 +28,12 @@ struct DecodeMicroKernels {
   // Software prefetch (into L1) of the rows a loop will read PrefetchKeys()
   // keys later, issued one row at a time from inside the loop's compute:
   // Fetch(j) fetches row j of [base + j*stride, + bytes), rows j < n exist.
-  // Spread over the work, not in bursts per block of keys: the bursts left
-  // the core waiting on the lines it had just asked for (simd/README.md,
-  // "Prefetch spacing").
+  // Spread over the work, one row per key, not in bursts per block of keys:
+  // the bursts ran decode markedly slower (simd/README.md, "Prefetch
+  // spacing").
+  // Fetch only from code that has other effects, or inline: to GCC a
+  // function whose only effect is prefetching is pure, and it drops calls to
+  // it (GCC 12 dropped a PrefetchNextVt that was not inlined).
   struct AheadRows {
     const char* base = nullptr;  // null: nothing to fetch
     int64_t stride = 0, n = 0, bytes = 0;
@@ -107,9 +110,17 @@ struct DecodeMicroKernels {
   // pf_rows: rows that exist from vbase on (the keys left in the work item):
   // the first row block prefetches rows PrefetchKeys() ahead up to there; 0
   // for a workspace copy (nothing to prefetch).
+  //
+  // Never inlined: compiled on its own, its loops are split at the end of
+  // the prefetched rows and unswitched on whether to prefetch at all; inlined
+  // into the decode kernel GCC 12 did neither (4 more instructions per key
+  // and row block, simd/README.md, "Checking that a refactor kept the
+  // speed"). One call per tile and kv head.
   template <typename T>
-  static void PvRowsAll(int64_t R, int64_t De, const float* sm, int64_t nt,
-                        const T* vbase, int64_t vs, float* o, int64_t pf_rows) {
+  [[gnu::noinline]] static void PvRowsAll(int64_t R, int64_t De,
+                                          const float* sm, int64_t nt,
+                                          const T* vbase, int64_t vs, float* o,
+                                          int64_t pf_rows) {
     const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
     const int64_t chunk =
         De <= kPvCols * W ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
@@ -158,9 +169,9 @@ struct DecodeMicroKernels {
   // ---- QK^T micro-kernels
   // QK^T for few rows: RP rows x KB = W / RP keys per call, one accumulator
   // per (row, key), so the W accumulators reduce to one vector with a single
-  // HAddP (lane r * KB + k). Each K vector is loaded once for all rows (a
-  // row-at-a-time dot loop loads every K vector RP times, which made QK twice
-  // the cost of P.V).
+  // HAddP (lane r * KB + k). Each K vector is loaded once for all rows: a
+  // row-at-a-time dot loop loads every K vector RP times, and QK^T then cost
+  // far more than P.V (simd/README.md, "QK^T register-blocked over rows").
   //
   // Load order: key by key, each K row's lines in address order. Walking d
   // in the outer loop instead (one vector of each of the KB rows in turn)

@@ -72,9 +72,19 @@ struct Flash {
     // rows).
     if (job.queries * job.group_heads >= W) {
       assert(job.kv_heads == 1);
-      Prefill::WithRowVectors(rows.count, [&](auto rv) {
-        Prefill::template Run<decltype(rv)::value>(job, rows, ws, L);
-      });
+      switch ((rows.count + W - 1) / W) {
+        case 1:
+          return Prefill::template Run<1>(job, rows, ws, L);
+        case 2:
+          return Prefill::template Run<2>(job, rows, ws, L);
+        case 3:
+          return Prefill::template Run<3>(job, rows, ws, L);
+        case 4:
+          return Prefill::template Run<4>(job, rows, ws, L);
+        default:
+          break;
+      }
+      assert(false && "more rows than KernelOps::max_rows");
       return;
     }
     Decode::Run(job, rows, ws, L);

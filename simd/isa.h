@@ -29,6 +29,19 @@
 #include <immintrin.h>
 #endif
 
+// How the kernels' named steps are compiled. Cutting a kernel into steps
+// must leave its machine code as it was, but GCC 12's heuristics compiled the
+// cut kernels differently: micro-kernels moved out of line, a hot P.V loop
+// no longer unswitched and spilling, a prefetch-only step judged pure and
+// dropped -- up to 5% more instructions (simd/README.md, "Checking that a
+// refactor kept the speed"). So the steps (QkTile, SoftmaxTile, ...) are
+// always_inline, and the functions that run them per tile
+// (PrefillKernel::RunTile, DecodeKernel::Run) are flatten: GCC does not
+// early-inline ordinary helpers such as TensorView::Offset into an
+// always_inline function, and left some as calls per key. Micro-kernels that
+// must stay out of line say so (noinline).
+#define ATTNKIT_SIMD_STEP [[gnu::always_inline]]
+
 namespace attnkit::simd::internal::ATTNKIT_SIMD_NS {
 namespace {
 

@@ -142,15 +142,16 @@ struct PrefillKernel {
 
   // ---- the steps of a work item
   // Whether QK^T goes through vdpbf16ps (bf16 pairs of Q^T and K).
-  static bool UsesBf16Dot(const AttentionProblem& p) {
+  ATTNKIT_SIMD_STEP static bool UsesBf16Dot(const AttentionProblem& p) {
     return X::kBf16Dot && p.dtype == DType::kBF16 && p.head_dim % 2 == 0;
   }
 
   // Packs Q^T (f32 [d][rp], or bf16 pairs [d/2][rp][2] for vdpbf16ps) into
   // the workspace; padded rows are zero.
   template <int RV>
-  static void LoadQueries(const BlockJob& job, const Rows& rows, float* ws,
-                          const WorkspaceLayout& L) {
+  ATTNKIT_SIMD_STEP static void LoadQueries(const BlockJob& job,
+                                            const Rows& rows, float* ws,
+                                            const WorkspaceLayout& L) {
     const AttentionProblem& p = *job.problem;
     const AttentionArgs& a = *job.args;
     const int64_t d = p.head_dim, rp = RV * W;
@@ -180,8 +181,9 @@ struct PrefillKernel {
 
   // S^T = Q K^T for the keys [j0, j0 + nt).
   template <int RV>
-  static void QkTile(const BlockJob& job, float* ws, const WorkspaceLayout& L,
-                     int64_t j0, int64_t nt) {
+  ATTNKIT_SIMD_STEP static void QkTile(const BlockJob& job, float* ws,
+                                       const WorkspaceLayout& L, int64_t j0,
+                                       int64_t nt) {
     constexpr int NB = kBlock<RV>;
     const AttentionProblem& p = *job.problem;
     const AttentionArgs& a = *job.args;
@@ -231,9 +233,11 @@ struct PrefillKernel {
   // the running max (lazily), P = exp2(S - m) in place, l = l*alpha +
   // rowsum(P), O *= alpha when some row's max moved.
   template <int RV>
-  static void SoftmaxTile(const BlockJob& job, const Rows& rows, float* ws,
-                          const WorkspaceLayout& L, int64_t j0, int64_t nt,
-                          bool masked) {
+  ATTNKIT_SIMD_STEP static void SoftmaxTile(const BlockJob& job,
+                                            const Rows& rows, float* ws,
+                                            const WorkspaceLayout& L,
+                                            int64_t j0, int64_t nt,
+                                            bool masked) {
     const int64_t d = job.problem->head_dim, rp = RV * W;
     float* st = ws + L.scores;
     float* ot = ws + L.out;
@@ -285,8 +289,9 @@ struct PrefillKernel {
 
   // O^T += V^T P^T for the keys [j0, j0 + nt).
   template <int RV>
-  static void PvTile(const BlockJob& job, float* ws, const WorkspaceLayout& L,
-                     int64_t j0, int64_t nt) {
+  ATTNKIT_SIMD_STEP static void PvTile(const BlockJob& job, float* ws,
+                                       const WorkspaceLayout& L, int64_t j0,
+                                       int64_t nt) {
     constexpr int NB = kBlock<RV>;
     const AttentionProblem& p = *job.problem;
     const AttentionArgs& a = *job.args;
@@ -323,6 +328,17 @@ struct PrefillKernel {
       PvLanes<RV, 1>(st, rp, nt, vb + e * sd, sj, sd, ot + e * rp);
   }
 
+  // One KV tile of the keys [j0, j0 + nt): QK^T, softmax, P.V (flatten:
+  // see ATTNKIT_SIMD_STEP in isa.h).
+  template <int RV>
+  [[gnu::flatten]] static void RunTile(const BlockJob& job, const Rows& rows,
+                                       float* ws, const WorkspaceLayout& L,
+                                       int64_t j0, int64_t nt, bool masked) {
+    QkTile<RV>(job, ws, L, j0, nt);
+    SoftmaxTile<RV>(job, rows, ws, L, j0, nt, masked);
+    PvTile<RV>(job, ws, L, j0, nt);
+  }
+
   // One work item of rows.count <= RV * W rows (one kv head) over its keys.
   template <int RV>
   static void Run(const BlockJob& job, const Rows& rows, float* ws,
@@ -343,9 +359,7 @@ struct PrefillKernel {
           end - j0 < kPrefillTileKeys ? end - j0 : kPrefillTileKeys;
       const TileCoverage cover = CoverTile(rows, j0, nt, has_bias);
       if (cover.empty) continue;  // fully masked tile (causal / window)
-      QkTile<RV>(job, ws, L, j0, nt);
-      SoftmaxTile<RV>(job, rows, ws, L, j0, nt, !cover.full);
-      PvTile<RV>(job, ws, L, j0, nt);
+      RunTile<RV>(job, rows, ws, L, j0, nt, !cover.full);
     }
     WriteRows(job, rows, ws + L.row_max, ws + L.row_sum,
               [&](int64_t r, int64_t e) { return ot[e * rp + r]; });
