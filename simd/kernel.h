@@ -16,9 +16,9 @@
 namespace attnkit::simd::internal {
 
 // Rows of one work item: the query heads sharing a KV head, stacked with a
-// block of queries (row r = query (r / gn), head (r % gn)), so each K/V tile
-// is loaded once for up to kMaxRows rows. 64 rows = 4 AVX-512 vectors, the
-// register block of the micro-kernels.
+// block of queries (row r = query r / group_heads, head r % group_heads of
+// BlockJob), so each K/V tile is loaded once for up to kMaxRows rows. 64 rows
+// = 4 AVX-512 vectors, the register block of the micro-kernels.
 inline constexpr int kMaxRows = 64;
 // Keys per tile of the prefill path (rows along the vector lanes): a 64-key S^T
 // tile of 64 rows is 16 KiB, and K/V tiles of 64 keys x d=128 are 32 KiB each,
