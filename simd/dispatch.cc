@@ -18,20 +18,20 @@ WorkspaceLayout ComputeLayout(int64_t head_dim) {
     at += (n + 15) / 16 * 16;  // keep every region 64-byte aligned
     return off;
   };
-  L.q = take(rows * dp);
+  L.queries = take(rows * dp);
   // S^T of the prefill path [kPrefillTileKeys][rows], or S of the decode path
   // [rows][kDecodeTileKeys] (up to kMaxRows rows when a job spans kv heads).
-  L.s = take(static_cast<size_t>(kPrefillTileKeys > kDecodeTileKeys
-                                     ? kPrefillTileKeys
-                                     : kDecodeTileKeys) *
-             rows);
-  L.o = take(dp * rows);
-  L.kw = take(static_cast<size_t>(kPrefillTileKeys) * dp);
-  L.vw = take(static_cast<size_t>(kDecodeTileKeys) * dp);
-  L.m = take(rows);
-  L.l = take(rows);
-  L.alpha = take(rows);
-  L.zero = take(static_cast<size_t>(kDecodeTileKeys) + dp);
+  L.scores = take(static_cast<size_t>(kPrefillTileKeys > kDecodeTileKeys
+                                          ? kPrefillTileKeys
+                                          : kDecodeTileKeys) *
+                  rows);
+  L.out = take(dp * rows);
+  L.k_tile = take(static_cast<size_t>(kPrefillTileKeys) * dp);
+  L.v_tile = take(static_cast<size_t>(kDecodeTileKeys) * dp);
+  L.row_max = take(rows);
+  L.row_sum = take(rows);
+  L.rescale = take(rows);
+  L.zeros = take(static_cast<size_t>(kDecodeTileKeys) + dp);
   L.total = at;
   return L;
 }

@@ -16,9 +16,9 @@
 namespace attnkit::simd::internal {
 
 // Rows of one work item: the query heads sharing a KV head, stacked with a
-// block of queries (row r = query (r / gn), head (r % gn)), so each K/V tile
-// is loaded once for up to kMaxRows rows. 64 rows = 4 AVX-512 vectors, the
-// register block of the micro-kernels.
+// block of queries (row r = query r / group_heads, head r % group_heads of
+// BlockJob), so each K/V tile is loaded once for up to kMaxRows rows. 64 rows
+// = 4 AVX-512 vectors, the register block of the micro-kernels.
 inline constexpr int kMaxRows = 64;
 // Keys per tile of the prefill path (rows along the vector lanes): a 64-key S^T
 // tile of 64 rows is 16 KiB, and K/V tiles of 64 keys x d=128 are 32 KiB each,
@@ -27,18 +27,15 @@ inline constexpr int64_t kPrefillTileKeys = 64;
 // Keys per tile of the decode path (d along the lanes, few rows). Longer tiles
 // amortize the per-tile softmax reductions (and the haddp of P.V over
 // transposed V); shorter ones keep the K and V streams from DRAM both moving
-// (each tile reads K, then V). Measured on an AMD EPYC Zen 5 (family 26, 2
-// cores; GCC 12.2; 2026-11-21), bf16 d=128 kv 16k, 1 thread, as % of a paired
-// read pass: 256 keys 53%, 128 keys 68-77%, 64 keys 69-73%.
+// (each tile reads K, then V): 128 read fastest of 64, 128 and 256
+// (simd/README.md, "Decode tile length").
 inline constexpr int64_t kDecodeTileKeys = 128;
 // How far ahead the decode path prefetches the K rows it will dot next and
 // the V rows it will accumulate next, in bytes of each stream: one row at a
-// time, in address order, into L1 (prefetcht0). Measured on the same machine,
-// compiler and date as kDecodeTileKeys: the hardware prefetchers alone stream
-// these rows at about half the rate one core consumes them; 8 KiB (32 bf16 or
-// 16 f32 rows of d=128) ran f32 decode at 62-70% of a paired read pass on one
-// core where 32 KiB ran it at 55-61% (the lines ahead of both streams then
-// crowd L1); bf16 ran the same at 8 and 16 KiB.
+// time, in address order, into L1 (prefetcht0). The hardware prefetchers
+// alone stream these rows at about half the rate one core consumes them; a
+// much longer distance fills L1 with the lines ahead of both streams
+// (simd/README.md, "Prefetch distance").
 inline constexpr int64_t kPrefetchBytes = 8192;
 constexpr int64_t PrefetchKeys(int64_t row_bytes) {
   return row_bytes >= kPrefetchBytes / 4 ? 4 : kPrefetchBytes / row_bytes;
@@ -52,9 +49,16 @@ constexpr int64_t PaddedDim(int64_t d) { return (d + 31) / 32 * 32; }
 
 // Offsets (in floats, each 64-byte aligned) of one thread's workspace.
 struct WorkspaceLayout {
-  size_t q = 0, s = 0, o = 0, kw = 0, vw = 0, m = 0, l = 0, alpha = 0;
-  size_t zero = 0;  // kDecodeTileKeys + PaddedDim zeros, never written
-  size_t total = 0;
+  size_t queries = 0;  // the rows' Q, packed for the path
+  size_t scores = 0;   // one tile's S (then P)
+  size_t out = 0;      // the unnormalized O accumulator
+  size_t k_tile = 0;   // K rows widened to f32 (when not read in place)
+  size_t v_tile = 0;   // V rows widened to f32 (when not read in place)
+  size_t row_max = 0;  // running max m per row (log2 units)
+  size_t row_sum = 0;  // running sum l per row
+  size_t rescale = 0;  // per row: this tile's alpha = exp2(m_old - m_new)
+  size_t zeros = 0;    // kDecodeTileKeys + PaddedDim zeros, never written
+  size_t total = 0;    // floats in all
 };
 WorkspaceLayout ComputeLayout(int64_t head_dim);
 
@@ -65,20 +69,27 @@ constexpr PartialLayout PartialLayoutFor(int64_t head_dim) {
   return {kMaxRows, PaddedDim(head_dim)};
 }
 
-// One work item: rows (queries i0..i0+qn) x (heads g0..g0+gn of kv head kvh)
-// of sequence b, over keys [kv_begin, kv_end) (all of the rows' visible keys
-// unless split).
+// One work item of sequence `batch`: rows (queries first_query ..
+// first_query + queries - 1) x (query heads first_group_head ..
+// first_group_head + group_heads - 1 of kv head kv_head's group, i.e. q head
+// kv_head * group_size + first_group_head + g), over keys [kv_begin, kv_end)
+// (all of the rows' visible keys unless split).
 struct BlockJob {
-  const AttentionProblem* p = nullptr;
-  const AttentionArgs* a = nullptr;
-  int64_t b = 0, kvh = 0, g0 = 0, gn = 1, i0 = 0, qn = 1;
-  // kv heads kvh .. kvh + nkv - 1, each with the rows above (row r = kv head
-  // r / (qn * gn)); more than one only when qn * gn < the vector width (the
-  // decode path) and nkv * qn * gn <= kMaxRows.
-  int64_t nkv = 1;
+  const AttentionProblem* problem = nullptr;
+  const AttentionArgs* args = nullptr;
+  int64_t batch = 0;
+  int64_t kv_head = 0;
+  int64_t first_group_head = 0, group_heads = 1;
+  int64_t first_query = 0, queries = 1;
+  // kv heads kv_head .. kv_head + kv_heads - 1, each with the rows above
+  // (row r = kv head r / (queries * group_heads)); more than one only when
+  // queries * group_heads < the vector width (the decode path) and
+  // kv_heads * queries * group_heads <= kMaxRows.
+  int64_t kv_heads = 1;
   int64_t kv_begin = 0, kv_end = 0;
-  float c = 1.0f;            // scale * log2(e): logits in log2 units, exp2
-  float* partial = nullptr;  // null: write args.out; else PartialLayoutFor
+  float scale_log2e = 1.0f;  // scale * log2(e): logits in log2 units, exp2
+  float* partial = nullptr;  // null: write args->out; else PartialLayoutFor
+  int64_t rows() const { return kv_heads * queries * group_heads; }
 };
 
 struct KernelOps {
@@ -121,6 +132,35 @@ const KernelOps& Avx2Ops();
 const KernelOps& ScalarOps();
 
 bool CpuHasAvx512Bf16();
+
+// One step of a kernel path, for simd/microkernel_test.cc (XNNPACK's tester
+// pattern: each building block against a scalar loop, on every ISA). Each
+// runs on the job's rows (in run_block's order: kv head, then query, then
+// head) and keys [j0, j0 + nt), nt <= the path's tile (kPrefillTileKeys,
+// kDecodeTileKeys), with `ws` a zeroed workspace as for run_block.
+struct TileSteps {
+  // scores[r * nt + j] = Q[r] . K[j0 + j] (no scale, no mask).
+  void (*qk)(const BlockJob& job, int64_t j0, int64_t nt, float* ws,
+             float* scores);
+  // out[r * d + e] += sum_j probs[r * nt + j] * V[j0 + j][e].
+  void (*pv)(const BlockJob& job, int64_t j0, int64_t nt, const float* probs,
+             float* ws, float* out);
+};
+// One ISA's steps: the prefill path's (lanes = rows; up to KernelOps::
+// max_rows rows, one kv head) and the decode path's (lanes = d or keys; up
+// to kMaxRows rows). Defined in tile_steps_<isa>.cc, translation units of
+// their own (library attnkit_simd_steps, linked by tests only) so that the
+// kernels' translation units are compiled exactly as the backend runs them.
+struct KernelSteps {
+  Isa isa;
+  TileSteps prefill, decode;
+};
+const KernelSteps& ScalarSteps();
+const KernelSteps& Avx2Steps();
+const KernelSteps& Avx512Steps();
+const KernelSteps& Avx512Bf16Steps();
+// The steps for `isa`, or null when this CPU cannot run it (as OpsFor).
+const KernelSteps* StepsFor(Isa isa);
 
 // The ops for `isa`, or null when this CPU cannot run it.
 const KernelOps* OpsFor(Isa isa);

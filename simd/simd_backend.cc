@@ -17,8 +17,8 @@ namespace {
 using internal::BlockJob;
 using internal::KernelOps;
 
-// Below ~1 MFLOP the OpenMP fork/join (~2-5 us; 2-core AMD EPYC Zen 5 family
-// 26, GCC 12.2, 2026-11-21) costs more than the work.
+// Below ~1 MFLOP the OpenMP fork/join costs more than the work
+// (simd/README.md, "OpenMP fork/join").
 constexpr double kMinParallelFlops = 1e6;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -29,8 +29,10 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // with the query blocks from last to first, so the costliest causal blocks
 // are handed out first.
 struct Plan {
-  int64_t gn = 1, gblocks = 1, qn = 1;
-  int64_t nkv = 1;  // kv heads per item (BlockJob::nkv)
+  int64_t group_heads = 1;   // query heads per item (BlockJob::group_heads)
+  int64_t group_blocks = 1;  // items per kv head's group of query heads
+  int64_t queries = 1;       // queries per item (BlockJob::queries)
+  int64_t kv_heads = 1;      // kv heads per item (BlockJob::kv_heads)
   KvSplitPlan kv;
   int64_t total_base = 0;
 };
@@ -93,27 +95,26 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   Plan plan;
   const int64_t G = p.group_size();
   const int64_t max_rows = ops_->max_rows;
-  plan.gn = std::min(G, max_rows);
-  plan.gblocks = CeilDiv(G, plan.gn);
-  plan.qn = std::max<int64_t>(1, max_rows / plan.gn);
+  plan.group_heads = std::min(G, max_rows);
+  plan.group_blocks = CeilDiv(G, plan.group_heads);
+  plan.queries = std::max<int64_t>(1, max_rows / plan.group_heads);
   // BSHD stores the K (and V) rows of all kv heads at one position next to
   // each other, so one item per kv head has each thread read 256 B of every
   // 2 KiB (Hkv 8, d 128, bf16) while the prefetchers pull in the
-  // neighbours' lines, which are evicted long before their own head runs:
-  // decode Hq32/Hkv8 kv 16k bf16 read 71-75% of a paired read pass on two
-  // threads, against 95% for the compiled kernel (2-core AMD EPYC Zen 5 family
-  // 26, GCC 12.2, 2026-11-21). Items of nkv adjacent kv heads walk their tiles
-  // head by head, so a thread reads nkv rows contiguously per position. Only
-  // for few rows per head (the decode path) and enough items left for the
-  // threads.
+  // neighbours' lines, which are evicted long before their own head runs
+  // (simd/README.md, "BSHD decode items"). Items of kv_heads adjacent kv
+  // heads walk their tiles head by head, so a thread reads kv_heads rows
+  // contiguously per position. Only for few rows per head (the decode path)
+  // and enough items left for the threads.
   int64_t max_q = 0;
   for (const int64_t q : p.q_lens) max_q = std::max(max_q, q);
   const int64_t head_rows =
-      std::min(plan.qn, std::max<int64_t>(max_q, 1)) * plan.gn;
-  if (p.layout == KvLayout::kBSHD && plan.gblocks == 1 &&
+      std::min(plan.queries, std::max<int64_t>(max_q, 1)) * plan.group_heads;
+  if (p.layout == KvLayout::kBSHD && plan.group_blocks == 1 &&
       head_rows < ops_->vector_floats) {
-    plan.nkv = std::clamp<int64_t>(p.kv_heads * p.batch / threads, 1,
-                                   std::min(p.kv_heads, max_rows / head_rows));
+    plan.kv_heads =
+        std::clamp<int64_t>(p.kv_heads * p.batch / threads, 1,
+                            std::min(p.kv_heads, max_rows / head_rows));
   }
   if (item_begin_.capacity() < static_cast<size_t>(p.batch + 1)) {
     item_begin_.reserve(static_cast<size_t>(p.batch + 1));
@@ -122,8 +123,8 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   int64_t total = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     item_begin_[b] = total;
-    total += CeilDiv(p.q_lens[b], plan.qn) * CeilDiv(p.kv_heads, plan.nkv) *
-             plan.gblocks;
+    total += CeilDiv(p.q_lens[b], plan.queries) *
+             CeilDiv(p.kv_heads, plan.kv_heads) * plan.group_blocks;
   }
   item_begin_[p.batch] = total;
   plan.total_base = total;
@@ -137,26 +138,28 @@ BlockJob SimdBackend::BaseJob(const AttentionProblem& p, const Plan& plan,
   int64_t b = 0;
   while (item_begin_[b + 1] <= t) ++b;
   const int64_t local = t - item_begin_[b];
-  const int64_t per_q = CeilDiv(p.kv_heads, plan.nkv) * plan.gblocks;
-  const int64_t qblocks = CeilDiv(p.q_lens[b], plan.qn);
+  const int64_t per_q = CeilDiv(p.kv_heads, plan.kv_heads) * plan.group_blocks;
+  const int64_t qblocks = CeilDiv(p.q_lens[b], plan.queries);
   const int64_t qblk = qblocks - 1 - local / per_q;
   BlockJob job;
-  job.p = &p;
-  job.b = b;
-  job.kvh = (local % per_q) / plan.gblocks * plan.nkv;
-  job.nkv = std::min(plan.nkv, p.kv_heads - job.kvh);
-  const int64_t gblk = local % plan.gblocks;
-  job.g0 = gblk * plan.gn;
-  job.gn = std::min(plan.gn, p.group_size() - job.g0);
-  job.i0 = qblk * plan.qn;
-  job.qn = std::min(plan.qn, p.q_lens[b] - job.i0);
+  job.problem = &p;
+  job.batch = b;
+  job.kv_head = (local % per_q) / plan.group_blocks * plan.kv_heads;
+  job.kv_heads = std::min(plan.kv_heads, p.kv_heads - job.kv_head);
+  const int64_t gblk = local % plan.group_blocks;
+  job.first_group_head = gblk * plan.group_heads;
+  job.group_heads =
+      std::min(plan.group_heads, p.group_size() - job.first_group_head);
+  job.first_query = qblk * plan.queries;
+  job.queries = std::min(plan.queries, p.q_lens[b] - job.first_query);
   return job;
 }
 
 KeyRange SimdBackend::ItemKeys(const AttentionProblem& p, const BlockJob& job) {
   // Visible ranges only move forward with the query index.
-  const KeyRange first = VisibleKeys(p, job.b, job.i0);
-  const KeyRange last = VisibleKeys(p, job.b, job.i0 + job.qn - 1);
+  const KeyRange first = VisibleKeys(p, job.batch, job.first_query);
+  const KeyRange last =
+      VisibleKeys(p, job.batch, job.first_query + job.queries - 1);
   return {first.begin, std::max(first.end, last.end)};
 }
 
@@ -190,13 +193,13 @@ Status SimdBackend::Attention(const AttentionProblem& p,
     if (partials_.size() < bytes) partials_ = AlignedBuffer(bytes);
   }
   // Logits in log2 units: exp(s*scale - m) = exp2(s*c - m') with one constant.
-  const float c = p.EffectiveScale() * 1.4426950408889634f;
+  const float scale_log2e = p.EffectiveScale() * 1.4426950408889634f;
   float* partials = static_cast<float*>(partials_.data());
 
   ForEachItem(items, threads, [&](int64_t t, int thread) {
     BlockJob job = BaseJob(p, plan, t / splits);
-    job.a = &args;
-    job.c = c;
+    job.args = &args;
+    job.scale_log2e = scale_log2e;
     KeyRange keys = ItemKeys(p, job);
     if (splits > 1) {
       keys = plan.kv.Range(keys, t % splits);
@@ -220,12 +223,14 @@ void SimdBackend::Merge(const AttentionProblem& p, const AttentionArgs& args,
     const float* first =
         partials + static_cast<size_t>(t * splits) * layout.floats();
     // Row r in RunBlock's order: kv head, then query, then head.
-    for (int64_t r = 0; r < job.nkv * job.qn * job.gn; ++r) {
-      const int64_t k = r / (job.qn * job.gn), ii = r / job.gn % job.qn,
-                    gg = r % job.gn;
-      const int64_t h = (job.kvh + k) * p.group_size() + job.g0 + gg;
-      float* out =
-          args.out.As<float>() + args.out.Offset(job.b, h, job.i0 + ii, 0);
+    for (int64_t r = 0; r < job.rows(); ++r) {
+      const int64_t k = r / (job.queries * job.group_heads),
+                    ii = r / job.group_heads % job.queries,
+                    gg = r % job.group_heads;
+      const int64_t h =
+          (job.kv_head + k) * p.group_size() + job.first_group_head + gg;
+      float* out = args.out.As<float>() +
+                   args.out.Offset(job.batch, h, job.first_query + ii, 0);
       MergePartialRow(layout, first, splits, r, p.head_dim, out);
     }
   });

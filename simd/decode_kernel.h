@@ -1,0 +1,391 @@
+// The decode path (R < vector width rows: one query, or a few; lanes = d or
+// keys): dot products of Q rows with K rows along d, reduced W at a time by
+// haddp; P.V broadcasts P against V rows, or, for transposed V, dots P rows
+// with V^T rows along the keys. No lane is wasted on a 4-row GQA group.
+//
+// The K and V streams come from DRAM at long contexts, so this path walks
+// them in address order and prefetches them in software (AheadRows in
+// decode_microkernels.h, kPrefetchBytes in kernel.h); simd/README.md has the
+// measurements behind each choice.
+//
+// Include ONLY from flash_impl.h or tile_steps.h (see simd/isa.h: everything
+// here lives in the per-ISA namespace ATTNKIT_SIMD_NS).
+#ifndef ATTNKIT_SIMD_NS
+#error "define ATTNKIT_SIMD_NS before including simd/decode_kernel.h"
+#endif
+
+#ifndef ATTNKIT_SIMD_DECODE_KERNEL_H_
+#define ATTNKIT_SIMD_DECODE_KERNEL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/problem.h"
+#include "simd/block.h"
+#include "simd/decode_microkernels.h"
+#include "simd/isa.h"
+#include "simd/kernel.h"
+
+namespace attnkit::simd::internal::ATTNKIT_SIMD_NS {
+namespace {
+
+template <class X>
+struct DecodeKernel {
+  using V = typename X::V;
+  static constexpr int W = X::W;
+  using Micro = DecodeMicroKernels<X>;
+  using AheadRows = typename Micro::AheadRows;
+  static constexpr int kQkRowGroup = Micro::kQkRowGroup;
+
+  // ---- the steps of a work item
+  // What every step reads: the job, its rows, how its K and V are read, and
+  // the workspace regions. Q [R][De] (f32, zero padded) or [R][d] (bf16 for
+  // vdpbf16ps); S / P [R][kDecodeTileKeys]; O [R][De].
+  struct Item {
+    ATTNKIT_SIMD_STEP Item(const BlockJob& j, const Rows& rs, float* ws,
+                           const WorkspaceLayout& L)
+        : job(j),
+          p(*j.problem),
+          a(*j.args),
+          rows(rs),
+          d(p.head_dim),
+          R(rs.count),
+          Rh(R / j.kv_heads),
+          De((d + W - 1) / W * W),
+          end(rs.keys_end),
+          bf16(p.dtype == DType::kBF16),
+          tv(p.layout == KvLayout::kTransposedV),
+          dot(X::kBf16Dot && bf16 && d % 32 == 0),
+          in_place(d % W == 0),
+          k_u16(bf16 && in_place),
+          esize(DTypeSize(p.dtype)),
+          ahead_keys(PrefetchKeys(d * esize)),
+          kdata(static_cast<const char*>(a.k.data)),
+          vdata(static_cast<const char*>(a.v.data)),
+          q(ws + L.queries),
+          sm(ws + L.scores),
+          o(ws + L.out),
+          m(ws + L.row_max),
+          l(ws + L.row_sum),
+          kw(ws + L.k_tile),
+          vw(ws + L.v_tile),
+          zero(ws + L.zeros) {}
+    const BlockJob& job;
+    const AttentionProblem& p;
+    const AttentionArgs& a;
+    const Rows& rows;
+    const int64_t d, R;
+    const int64_t Rh;   // rows per kv head (MakeRows's order)
+    const int64_t De;   // f32 row length, zero padded to W
+    const int64_t end;  // one past the last key any row sees
+    const bool bf16, tv;
+    const bool dot;       // QK^T on vdpbf16ps
+    const bool in_place;  // K and V rows read in place: d % W == 0
+    const bool k_u16;     // K rows read as bf16, widened in registers
+    const int64_t esize, ahead_keys;
+    const char* const kdata;
+    const char* const vdata;
+    float* const q;
+    float* const sm;
+    float* const o;
+    float* const m;
+    float* const l;
+    float* const kw;
+    float* const vw;
+    const float* const zero;
+  };
+  // Keys [j0, j0 + nt) of one tile, ntp = nt rounded up to W.
+  struct Tile {
+    int64_t j0, nt, ntp;
+  };
+
+  // Loads the rows' Q (widened and zero padded, or bf16 as stored for
+  // vdpbf16ps) and starts each row's state: O = 0, m = -inf, l = 0.
+  ATTNKIT_SIMD_STEP static void LoadQueries(const Item& it) {
+    const BlockJob& job = it.job;
+    const AttentionArgs& a = it.a;
+    const int64_t d = it.d, De = it.De;
+    for (int64_t r = 0; r < it.R; ++r) {
+      const int64_t off =
+          a.q.Offset(job.batch, it.rows.head[r], it.rows.query[r], 0);
+      if (it.dot) {
+        std::memcpy(reinterpret_cast<uint16_t*>(it.q) + r * d,
+                    static_cast<const uint16_t*>(a.q.data) + off,
+                    static_cast<size_t>(d) * 2);
+      } else {
+        LoadRow(a.q, off, 1, d, it.q + r * De);
+        ZeroFloats(it.q + r * De + d, De - d);
+      }
+      ZeroFloats(it.o + r * De, De);
+      it.m[r] = kNegInf;
+      it.l[r] = 0.0f;
+    }
+  }
+
+  // kp[kk] = K row j0 + jb + kk of kv head kvh, kk < W: in place, widened
+  // into the workspace (d not a multiple of W), or the zero row past the
+  // tile (masked later), so the QK^T loop is uniform.
+  ATTNKIT_SIMD_STEP static void KeyRows(const Item& it, const Tile& t,
+                                        int64_t kvh, int64_t jb,
+                                        const void** kp) {
+    const AttentionArgs& a = it.a;
+    const int64_t b = it.job.batch, d = it.d, De = it.De;
+    for (int kk = 0; kk < W; ++kk) {
+      const int64_t j = jb + kk;
+      if (j >= t.nt) {
+        kp[kk] = it.zero;
+      } else if (it.dot || it.in_place) {
+        kp[kk] = it.kdata + a.k.Offset(b, kvh, t.j0 + j, 0) * it.esize;
+      } else {
+        float* kw = it.kw + kk * De;
+        LoadRow(a.k, a.k.Offset(b, kvh, t.j0 + j, 0), 1, d, kw);
+        ZeroFloats(kw + d, De - d);
+        kp[kk] = kw;
+      }
+    }
+  }
+
+  // The K rows ahead_keys ahead of the W dotted at jb, fetched by the first
+  // row group's dot loop.
+  ATTNKIT_SIMD_STEP static AheadRows KeysAhead(const Item& it, const Tile& t,
+                                               int64_t kvh, int64_t jb) {
+    AheadRows k_ahead;
+    const int64_t jk = t.j0 + jb + it.ahead_keys;
+    if (jk < it.end) {
+      k_ahead.base =
+          it.kdata + it.a.k.Offset(it.job.batch, kvh, jk, 0) * it.esize;
+      k_ahead.stride = it.a.k.strides[2] * it.esize;
+      k_ahead.n = it.end - jk;
+      k_ahead.bytes = it.d * it.esize;
+    }
+    return k_ahead;
+  }
+
+  // Transposed V: its rows are d rows along the keys, so the next tile's
+  // slice of them is prefetched a part per W keys of this tile (nothing for
+  // other layouts or the last tile).
+  ATTNKIT_SIMD_STEP static void PrefetchNextVt(const Item& it, const Tile& t,
+                                               int64_t kvh, int64_t jb) {
+    const int64_t next = t.j0 + kDecodeTileKeys, d = it.d;
+    if (!it.tv || next >= it.end) return;
+    const int64_t per = (d * W + t.ntp - 1) / t.ntp;
+    const int64_t e0 = jb / W * per;
+    const int64_t ne = d - e0 < per ? d - e0 : per;
+    const int64_t nk =
+        it.end - next < kDecodeTileKeys ? it.end - next : kDecodeTileKeys;
+    if (ne > 0)
+      AheadRows{
+          it.vdata + it.a.v.Offset(it.job.batch, kvh, next, e0) * it.esize,
+          it.a.v.strides[3] * it.esize, ne, nk * it.esize}
+          .FetchAll();
+  }
+
+  // S[r][jb .. jb + W) for kv head rows [s0, s0 + Rh), kQkRowGroup rows per
+  // call; the first group fetches k_ahead.
+  ATTNKIT_SIMD_STEP static void QkRows(const Item& it, const void* const* kp,
+                                       int64_t s0, int64_t jb,
+                                       const AheadRows& k_ahead) {
+    const int64_t Rh = it.Rh;
+    for (int64_t r0 = s0; r0 < s0 + Rh; r0 += kQkRowGroup) {
+      const int rn = static_cast<int>(s0 + Rh - r0 < kQkRowGroup ? s0 + Rh - r0
+                                                                 : kQkRowGroup);
+      float* srow = it.sm + r0 * kDecodeTileKeys + jb;
+      const AheadRows& ahead = r0 == s0 ? k_ahead : AheadRows{};
+      if (rn == 1) {
+        Micro::template QkGroup<1>(it.dot, it.k_u16, it.q, it.De, it.d, r0, rn,
+                                   kp, it.zero, srow, ahead);
+      } else if (rn == 2) {
+        Micro::template QkGroup<2>(it.dot, it.k_u16, it.q, it.De, it.d, r0, rn,
+                                   kp, it.zero, srow, ahead);
+      } else if (rn <= 4) {
+        Micro::template QkGroup<4>(it.dot, it.k_u16, it.q, it.De, it.d, r0, rn,
+                                   kp, it.zero, srow, ahead);
+      } else {
+        Micro::template QkGroup<kQkRowGroup>(it.dot, it.k_u16, it.q, it.De,
+                                             it.d, r0, rn, kp, it.zero, srow,
+                                             ahead);
+      }
+    }
+  }
+
+  // S = Q K^T over the tile, W keys at a time, per kv head of the job
+  // (several only for BSHD decode: their rows at one key are adjacent in
+  // memory, see simd_backend.cc).
+  ATTNKIT_SIMD_STEP static void QkTile(const Item& it, const Tile& t) {
+    for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
+      const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
+      for (int64_t jb = 0; jb < t.ntp; jb += W) {
+        const void* kp[W];
+        KeyRows(it, t, kvh, jb, kp);
+        const AheadRows k_ahead = KeysAhead(it, t, kvh, jb);
+        PrefetchNextVt(it, t, kvh, jb);
+        QkRows(it, kp, s0, jb, k_ahead);
+      }
+    }
+  }
+
+  // The online softmax of row r over the tile: scale to log2 units, mask
+  // (`masked`) and -inf past the tile, raise the running max (lazily),
+  // P = exp2(S - m) in place, l = l*alpha + rowsum(P), O *= alpha when the
+  // max moved.
+  ATTNKIT_SIMD_STEP static void SoftmaxRow(const Item& it, const Tile& t,
+                                           int64_t r, bool masked, const V& c) {
+    const int64_t ntp = t.ntp, De = it.De;
+    float* sr = it.sm + r * kDecodeTileKeys;
+    for (int64_t j = 0; j < ntp; j += W) X::Store(sr + j, X::Load(sr + j) * c);
+    if (masked) {
+      const int64_t bs =
+          it.p.mask == MaskKind::kBias ? it.a.bias.strides[3] : 0;
+      MaskRow<1>(it.rows, r, t.j0, t.nt, bs, sr);
+    }
+    for (int64_t j = t.nt; j < ntp; ++j) sr[j] = kNegInf;
+    V vmax = X::Set(kNegInf);
+    for (int64_t j = 0; j < ntp; j += W) vmax = X::Max(vmax, X::Load(sr + j));
+    const float tmax = X::HMax(vmax);
+    const float m_old = it.m[r];
+    const float m_new = tmax > m_old + kLazyRescaleLog2 ? tmax : m_old;
+    const float m_use = m_new == kNegInf ? 0.0f : m_new;
+    const V mu = X::Set(m_use);
+    V sum = X::Zero();
+    for (int64_t j = 0; j < ntp; j += W) {
+      const V pj = X::Exp2(X::Load(sr + j) - mu);
+      X::Store(sr + j, pj);
+      sum = sum + pj;
+    }
+    if (m_new != m_old) {
+      const float alpha = std::exp2(m_old - m_use);
+      it.l[r] = it.l[r] * alpha + X::HSum(sum);
+      const V av = X::Set(alpha);
+      float* o = it.o + r * De;
+      for (int64_t e = 0; e < De; e += W) X::Store(o + e, X::Load(o + e) * av);
+    } else {
+      it.l[r] += X::HSum(sum);
+    }
+    it.m[r] = m_new;
+  }
+  ATTNKIT_SIMD_STEP static void SoftmaxTile(const Item& it, const Tile& t,
+                                            bool masked) {
+    const V c = X::Set(it.job.scale_log2e);
+    for (int64_t r = 0; r < it.R; ++r) SoftmaxRow(it, t, r, masked, c);
+  }
+
+  // O += P V for transposed V: V^T rows (one per e) along the keys, dotted
+  // with P rows, W of e at a time, reduced by haddp. A full f32 tile is read
+  // in place; a tail or bf16 tile is widened into zero-padded rows.
+  ATTNKIT_SIMD_STEP static void PvTransposedV(const Item& it, const Tile& t,
+                                              int64_t kvh, int64_t s0) {
+    const AttentionArgs& a = it.a;
+    const int64_t d = it.d, De = it.De, nt = t.nt, ntp = t.ntp;
+    const float* vbase = nullptr;
+    int64_t vs = kDecodeTileKeys;
+    if (!it.bf16 && nt == ntp) {
+      vbase = a.v.As<float>() + a.v.Offset(it.job.batch, kvh, t.j0, 0);
+      vs = a.v.strides[3];
+    } else {
+      for (int64_t e = 0; e < d; ++e) {
+        LoadRow(a.v, a.v.Offset(it.job.batch, kvh, t.j0, e), 1, nt,
+                it.vw + e * kDecodeTileKeys);
+        ZeroFloats(it.vw + e * kDecodeTileKeys + nt, ntp - nt);
+      }
+      vbase = it.vw;
+    }
+    for (int64_t r = s0; r < s0 + it.Rh; ++r) {
+      const float* pr = it.sm + r * kDecodeTileKeys;
+      float* orow = it.o + r * De;
+      for (int64_t e0 = 0; e0 < De; e0 += W) {
+        const float* vp[W];
+        for (int k = 0; k < W; ++k)
+          vp[k] = e0 + k < d ? vbase + (e0 + k) * vs : it.zero;
+        V acc[W];
+        for (int k = 0; k < W; ++k) acc[k] = X::Zero();
+        for (int64_t j = 0; j < ntp; j += W) {
+          const V pv = X::Load(pr + j);
+          for (int k = 0; k < W; ++k)
+            acc[k] = X::Fma(pv, X::Load(vp[k] + j), acc[k]);
+        }
+        X::Store(orow + e0, X::Load(orow + e0) + X::HAddP(acc));
+      }
+    }
+  }
+
+  // O += P V for V rows of d % W != 0: copied into zero-padded f32 rows,
+  // prefetching the rows ahead as the copy goes.
+  ATTNKIT_SIMD_STEP static void PvWidened(const Item& it, const Tile& t,
+                                          int64_t kvh, int64_t s0) {
+    const AttentionArgs& a = it.a;
+    const int64_t b = it.job.batch, d = it.d, De = it.De;
+    AheadRows v_ahead;
+    if (t.j0 + it.ahead_keys < it.end) {
+      v_ahead.base =
+          it.vdata + a.v.Offset(b, kvh, t.j0 + it.ahead_keys, 0) * it.esize;
+      v_ahead.stride = a.v.strides[2] * it.esize;
+      v_ahead.n = it.end - (t.j0 + it.ahead_keys);
+      v_ahead.bytes = d * it.esize;
+    }
+    for (int64_t j = 0; j < t.nt; ++j) {
+      v_ahead.Fetch(j);
+      LoadRow(a.v, a.v.Offset(b, kvh, t.j0 + j, 0), 1, d, it.vw + j * De);
+      ZeroFloats(it.vw + j * De + d, De - d);
+    }
+    Micro::PvRowsAll(it.Rh, De, it.sm + s0 * kDecodeTileKeys, t.nt,
+                     static_cast<const float*>(it.vw), De, it.o + s0 * De, 0);
+  }
+
+  // O += P V over the tile, per kv head of the job.
+  ATTNKIT_SIMD_STEP static void PvTile(const Item& it, const Tile& t) {
+    const AttentionArgs& a = it.a;
+    for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
+      const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
+      if (it.tv) {
+        PvTransposedV(it, t, kvh, s0);
+      } else if (it.in_place) {
+        // V rows read in place (bf16 widened in registers).
+        const int64_t off = a.v.Offset(it.job.batch, kvh, t.j0, 0);
+        if (it.bf16) {
+          Micro::PvRowsAll(it.Rh, it.De, it.sm + s0 * kDecodeTileKeys, t.nt,
+                           static_cast<const uint16_t*>(a.v.data) + off,
+                           a.v.strides[2], it.o + s0 * it.De, it.end - t.j0);
+        } else {
+          Micro::PvRowsAll(it.Rh, it.De, it.sm + s0 * kDecodeTileKeys, t.nt,
+                           a.v.As<float>() + off, a.v.strides[2],
+                           it.o + s0 * it.De, it.end - t.j0);
+        }
+      } else {
+        PvWidened(it, t, kvh, s0);
+      }
+    }
+  }
+
+  ATTNKIT_SIMD_STEP static Tile MakeTile(const Item& it, int64_t j0) {
+    const int64_t nt =
+        it.end - j0 < kDecodeTileKeys ? it.end - j0 : kDecodeTileKeys;
+    return {j0, nt, (nt + W - 1) / W * W};
+  }
+
+  // One work item (any number of rows up to kMaxRows) over its keys
+  // (flatten: see ATTNKIT_SIMD_STEP in isa.h).
+  [[gnu::flatten]] static void Run(const BlockJob& job, const Rows& rows,
+                                   float* ws, const WorkspaceLayout& L) {
+    const Item it(job, rows, ws, L);
+    LoadQueries(it);
+    const bool has_bias = it.p.mask == MaskKind::kBias;
+    for (int64_t j0 = rows.keys_begin; j0 < it.end; j0 += kDecodeTileKeys) {
+      const Tile t = MakeTile(it, j0);
+      const TileCoverage cover = CoverTile(rows, j0, t.nt, has_bias);
+      if (cover.empty) continue;
+      QkTile(it, t);
+      SoftmaxTile(it, t, !cover.full);
+      PvTile(it, t);
+    }
+    const float* o = it.o;
+    const int64_t De = it.De;
+    WriteRows(job, rows, it.m, it.l,
+              [&](int64_t r, int64_t e) { return o[r * De + e]; });
+  }
+};
+
+}  // namespace
+}  // namespace attnkit::simd::internal::ATTNKIT_SIMD_NS
+
+#endif  // ATTNKIT_SIMD_DECODE_KERNEL_H_

@@ -1,0 +1,330 @@
+// The decode path's micro-kernels (few rows; lanes = d or keys): QK^T of a
+// group of rows against W keys reduced by haddp, P.V over V rows in blocks
+// of rows x vectors, and the software prefetch both issue from inside their
+// loops. decode_kernel.h runs them over a work item.
+//
+// Include ONLY from decode_kernel.h (see simd/isa.h: everything here lives in
+// the per-ISA namespace ATTNKIT_SIMD_NS).
+#ifndef ATTNKIT_SIMD_NS
+#error "define ATTNKIT_SIMD_NS before including simd/decode_microkernels.h"
+#endif
+
+#ifndef ATTNKIT_SIMD_DECODE_MICROKERNELS_H_
+#define ATTNKIT_SIMD_DECODE_MICROKERNELS_H_
+
+#include <cstdint>
+
+#include "simd/isa.h"
+#include "simd/kernel.h"
+
+namespace attnkit::simd::internal::ATTNKIT_SIMD_NS {
+namespace {
+
+template <class X>
+struct DecodeMicroKernels {
+  using V = typename X::V;
+  static constexpr int W = X::W;
+
+  // Software prefetch (into L1) of the rows a loop will read PrefetchKeys()
+  // keys later, issued one row at a time from inside the loop's compute:
+  // Fetch(j) fetches row j of [base + j*stride, + bytes), rows j < n exist.
+  // Spread over the work, one row per key, not in bursts per block of keys:
+  // the bursts ran decode markedly slower (simd/README.md, "Prefetch
+  // spacing").
+  // Fetch only from code that has other effects, or inline: to GCC a
+  // function whose only effect is prefetching is pure, and it drops calls to
+  // it (GCC 12 dropped a PrefetchNextVt that was not inlined).
+  struct AheadRows {
+    const char* base = nullptr;  // null: nothing to fetch
+    int64_t stride = 0, n = 0, bytes = 0;
+    // `len` bytes of row j (a compile-time constant where the caller knows
+    // it, so the lines unroll).
+    void Fetch(int64_t j, int64_t len) const {
+      if (base == nullptr || j >= n) return;
+      for (int64_t x = 0; x < len; x += 64)
+        __builtin_prefetch(base + j * stride + x, 0, 3);
+    }
+    void Fetch(int64_t j) const { Fetch(j, bytes); }
+    void FetchAll() const {
+      for (int64_t j = 0; j < n; ++j) Fetch(j);
+    }
+  };
+
+  // ---- P.V micro-kernels
+  // O[r][e0 .. e0 + DV*W) += sum_j P[r][j] V[j][..] for RB rows; V rows at
+  // v + j*sj. 4x4 on AVX-512: 16 accumulators, per key 4 V loads + 4 P
+  // broadcasts feed 16 FMAs. 4x2 on AVX2: 8 accumulators + 2 V + 1 broadcast
+  // of its 16 ymm registers (4x4 kept its accumulators on the stack).
+  static constexpr int kPvCols = W >= 16 ? 4 : 2;
+  template <int RB, int DV, typename T>
+  static void PvRows(const float* pm, int64_t sp, int64_t nt, const T* v,
+                     int64_t sj, float* o, int64_t so, const AheadRows& ahead) {
+    V acc[RB][DV];
+    for (int r = 0; r < RB; ++r)
+      for (int c = 0; c < DV; ++c) acc[r][c] = X::Load(o + r * so + c * W);
+    for (int64_t j = 0; j < nt; ++j) {
+      // This block's columns of the row ahead: ahead.bytes, passed as the
+      // constant it is here so the lines unroll (the runtime-length Fetch(j)
+      // measured slower in this loop: simd/README.md, "Prefetch spacing").
+      ahead.Fetch(j, DV * W * static_cast<int64_t>(sizeof(T)));
+      V vv[DV];
+      for (int c = 0; c < DV; ++c) vv[c] = X::Load(v + j * sj + c * W);
+      for (int r = 0; r < RB; ++r) {
+        const V pb = X::Set(pm[r * sp + j]);
+        for (int c = 0; c < DV; ++c) acc[r][c] = X::Fma(pb, vv[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < RB; ++r)
+      for (int c = 0; c < DV; ++c) X::Store(o + r * so + c * W, acc[r][c]);
+  }
+  template <int RB, typename T>
+  static void PvRowsDv(int dv, const float* pm, int64_t sp, int64_t nt,
+                       const T* v, int64_t sj, float* o, int64_t so,
+                       const AheadRows& ahead) {
+    if constexpr (kPvCols == 2) {  // dv <= kPvCols
+      if (dv == 1) return PvRows<RB, 1>(pm, sp, nt, v, sj, o, so, ahead);
+      return PvRows<RB, 2>(pm, sp, nt, v, sj, o, so, ahead);
+    } else {
+      switch (dv) {
+        case 1:
+          return PvRows<RB, 1>(pm, sp, nt, v, sj, o, so, ahead);
+        case 2:
+          return PvRows<RB, 2>(pm, sp, nt, v, sj, o, so, ahead);
+        case 3:
+          return PvRows<RB, 3>(pm, sp, nt, v, sj, o, so, ahead);
+        default:
+          return PvRows<RB, 4>(pm, sp, nt, v, sj, o, so, ahead);
+      }
+    }
+  }
+  // O += P V over a tile of nt keys, in blocks of 4 rows x kPvCols vectors.
+  //
+  // When a row is wider than a block (d = 128 on AVX-512), a column block reads
+  // only part of every V row; running each column block over the whole tile
+  // would hand the hardware prefetcher a stream that skips lines and comes
+  // back for them, which it follows poorly (simd/README.md, "V in chunks").
+  // So the keys go in chunks of about 4 KiB of V, every column block of a
+  // chunk runs before the next chunk, and the other column blocks re-read
+  // the chunk from L1.
+  //
+  // pf_rows: rows that exist from vbase on (the keys left in the work item):
+  // the first row block prefetches rows PrefetchKeys() ahead up to there; 0
+  // for a workspace copy (nothing to prefetch).
+  //
+  // Never inlined: compiled on its own, its loops are split at the end of
+  // the prefetched rows and unswitched on whether to prefetch at all; inlined
+  // into the decode kernel GCC 12 did neither (4 more instructions per key
+  // and row block, simd/README.md, "Checking that a refactor kept the
+  // speed"). One call per tile and kv head.
+  template <typename T>
+  [[gnu::noinline]] static void PvRowsAll(int64_t R, int64_t De,
+                                          const float* sm, int64_t nt,
+                                          const T* vbase, int64_t vs, float* o,
+                                          int64_t pf_rows) {
+    const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
+    const int64_t chunk =
+        De <= kPvCols * W ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
+    const int64_t ahead_keys = PrefetchKeys(row_bytes);
+    for (int64_t j0 = 0; j0 < nt; j0 += chunk) {
+      const int64_t nj = nt - j0 < chunk ? nt - j0 : chunk;
+      const T* vj = vbase + j0 * vs;
+      for (int64_t r0 = 0; r0 < R; r0 += 4) {
+        const int64_t rb = R - r0 < 4 ? R - r0 : 4;
+        const float* pm = sm + r0 * kDecodeTileKeys + j0;
+        for (int64_t e0 = 0; e0 < De; e0 += kPvCols * W) {
+          const int dv = static_cast<int>(
+              (De - e0) / W < kPvCols ? (De - e0) / W : kPvCols);
+          float* orow = o + r0 * De + e0;
+          AheadRows ahead;
+          if (r0 == 0 && j0 + ahead_keys < pf_rows) {
+            ahead.base =
+                reinterpret_cast<const char*>(vj + ahead_keys * vs + e0);
+            ahead.stride = vs * static_cast<int64_t>(sizeof(T));
+            ahead.n = pf_rows - (j0 + ahead_keys);
+            ahead.bytes = dv * W * static_cast<int64_t>(sizeof(T));
+          }
+          switch (rb) {
+            case 1:
+              PvRowsDv<1>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
+                          ahead);
+              break;
+            case 2:
+              PvRowsDv<2>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
+                          ahead);
+              break;
+            case 3:
+              PvRowsDv<3>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
+                          ahead);
+              break;
+            default:
+              PvRowsDv<4>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
+                          ahead);
+              break;
+          }
+        }
+      }
+    }
+  }
+
+  // ---- QK^T micro-kernels
+  // QK^T for few rows: RP rows x KB = W / RP keys per call, one accumulator
+  // per (row, key), so the W accumulators reduce to one vector with a single
+  // HAddP (lane r * KB + k). Each K vector is loaded once for all rows: a
+  // row-at-a-time dot loop loads every K vector RP times, and QK^T then cost
+  // far more than P.V (simd/README.md, "QK^T register-blocked over rows").
+  //
+  // Load order: key by key, each K row's lines in address order. Walking d
+  // in the outer loop instead (one vector of each of the KB rows in turn)
+  // jumps back and forth across KB rows, and the hardware prefetchers then
+  // stop streaming K (simd/README.md, "K load order").
+  // On AVX-512 a segment of Q (kQkSeg vectors of d per row) sits in the 16
+  // zmm registers the W accumulators and one K vector leave free; on AVX2
+  // the W = 8 accumulators leave too few ymm, so Q is read from L1 at each
+  // FMA (a memory operand) and each K vector still feeds RP of them.
+  static constexpr int kQkRowGroup = W < 8 ? W : 8;
+  template <int RP>
+  static constexpr int kQkSeg = 16 / RP > 1 ? 16 / RP : 1;
+  // acc[r * KB + kk] += Q[r][e0 + s*W ...] . K[kk][...] for NS vectors s.
+  template <int RP, int NS, typename T>
+  static void QkSegment(const float* const* qr, const void* const* kp,
+                        int64_t e0, V* acc) {
+    constexpr int KB = W / RP;
+    V qv[RP][NS];
+    for (int r = 0; r < RP; ++r)
+      for (int s = 0; s < NS; ++s) qv[r][s] = X::Load(qr[r] + e0 + s * W);
+    for (int kk = 0; kk < KB; ++kk) {
+      const T* k = static_cast<const T*>(kp[kk]) + e0;
+      for (int s = 0; s < NS; ++s) {
+        const V kv = X::Load(k + s * W);
+        for (int r = 0; r < RP; ++r)
+          acc[r * KB + kk] = X::Fma(qv[r][s], kv, acc[r * KB + kk]);
+      }
+    }
+  }
+  // Segments of NS vectors while they fit, then the rest in halving sizes
+  // (NS is a power of two).
+  template <int RP, int NS, typename T>
+  static void QkSegments(const float* const* qr, const void* const* kp,
+                         int64_t& e0, int64_t De, V* acc) {
+    for (; e0 + NS * W <= De; e0 += NS * W)
+      QkSegment<RP, NS, T>(qr, kp, e0, acc);
+    if constexpr (NS > 1) QkSegments<RP, NS / 2, T>(qr, kp, e0, De, acc);
+  }
+  template <int RP, typename T>
+  static V QkBlock(const float* const* qr, const void* const* kp, int64_t De) {
+    V acc[W];
+    for (int i = 0; i < W; ++i) acc[i] = X::Zero();
+    if constexpr (W >= 16) {
+      int64_t e0 = 0;
+      QkSegments<RP, kQkSeg<RP>, T>(qr, kp, e0, De, acc);
+    } else {
+      // One key's row at a time: its RP sums would be RP dependent FMA
+      // chains (4-cycle latency, 2 FMAs/cycle: 8 chains needed), so each
+      // sum is split over NA interleaved partial accumulators.
+      constexpr int KB = W / RP;
+      constexpr int NA = 8 / RP > 1 ? 8 / RP : 1;
+      for (int kk = 0; kk < KB; ++kk) {
+        const T* k = static_cast<const T*>(kp[kk]);
+        V part[NA][RP];
+        for (int a = 0; a < NA; ++a)
+          for (int r = 0; r < RP; ++r) part[a][r] = X::Zero();
+        int64_t e = 0;
+        for (; e + NA * W <= De; e += NA * W) {
+          for (int a = 0; a < NA; ++a) {
+            const V kv = X::Load(k + e + a * W);
+            for (int r = 0; r < RP; ++r)
+              part[a][r] = X::Fma(X::Load(qr[r] + e + a * W), kv, part[a][r]);
+          }
+        }
+        for (; e < De; e += W) {
+          const V kv = X::Load(k + e);
+          for (int r = 0; r < RP; ++r)
+            part[0][r] = X::Fma(X::Load(qr[r] + e), kv, part[0][r]);
+        }
+        for (int r = 0; r < RP; ++r) {
+          V sum = part[0][r];
+          for (int a = 1; a < NA; ++a) sum = sum + part[a][r];
+          acc[r * KB + kk] = sum;
+        }
+      }
+    }
+    return X::HAddP(acc);
+  }
+#if defined(__AVX512BF16__)
+  // The same with vdpbf16ps over bf16 Q and K rows (d % 32 == 0): NS vectors
+  // of 32 bf16 per segment.
+  template <int RP, int NS>
+  static void QkSegmentDot(const uint16_t* const* qr, const void* const* kp,
+                           int64_t e0, __m512* acc) {
+    constexpr int KB = 16 / RP;
+    __m512bh qv[RP][NS];
+    for (int r = 0; r < RP; ++r)
+      for (int s = 0; s < NS; ++s)
+        qv[r][s] = (__m512bh)_mm512_loadu_si512(qr[r] + e0 + 32 * s);
+    for (int kk = 0; kk < KB; ++kk) {
+      const uint16_t* k = static_cast<const uint16_t*>(kp[kk]) + e0;
+      for (int s = 0; s < NS; ++s) {
+        const __m512bh kv = (__m512bh)_mm512_loadu_si512(k + 32 * s);
+        for (int r = 0; r < RP; ++r)
+          acc[r * KB + kk] = _mm512_dpbf16_ps(acc[r * KB + kk], qv[r][s], kv);
+      }
+    }
+  }
+  template <int RP, int NS>
+  static void QkSegmentsDot(const uint16_t* const* qr, const void* const* kp,
+                            int64_t& e0, int64_t d, __m512* acc) {
+    for (; e0 + NS * 32 <= d; e0 += NS * 32)
+      QkSegmentDot<RP, NS>(qr, kp, e0, acc);
+    if constexpr (NS > 1) QkSegmentsDot<RP, NS / 2>(qr, kp, e0, d, acc);
+  }
+  template <int RP>
+  static V QkBlockDot(const uint16_t* const* qr, const void* const* kp,
+                      int64_t d) {
+    __m512 dacc[16];
+    for (int i = 0; i < 16; ++i) dacc[i] = _mm512_setzero_ps();
+    int64_t e0 = 0;
+    QkSegmentsDot<RP, kQkSeg<RP>>(qr, kp, e0, d, dacc);
+    V acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = dacc[i];
+    return X::HAddP(acc);
+  }
+#endif
+  // S[r0 + r][0 .. W) for rn <= RP rows (padded rows read the zero row and
+  // are dropped) against the W keys kp; ahead.Fetch(kk) for each key.
+  template <int RP>
+  static void QkGroup(bool dot, bool bf16, const float* q, int64_t De,
+                      int64_t d, int64_t r0, int rn, const void* const* kp,
+                      const float* zero, float* srow, const AheadRows& ahead) {
+    static_assert(RP <= W);
+    constexpr int KB = W / RP;
+    alignas(64) float t[W];
+    const float* qr[RP];
+    for (int r = 0; r < RP; ++r) qr[r] = r < rn ? q + (r0 + r) * De : zero;
+    for (int kb = 0; kb < W; kb += KB) {
+      for (int kk = kb; kk < kb + KB; ++kk) ahead.Fetch(kk);
+#if defined(__AVX512BF16__)
+      if (dot) {
+        const uint16_t* qb[RP];
+        for (int r = 0; r < RP; ++r)
+          qb[r] = r < rn ? reinterpret_cast<const uint16_t*>(q) + (r0 + r) * d
+                         : reinterpret_cast<const uint16_t*>(zero);
+        X::Store(t, QkBlockDot<RP>(qb, kp + kb, d));
+      } else
+#endif
+      {
+        (void)dot;
+        (void)d;
+        X::Store(t, bf16 ? QkBlock<RP, uint16_t>(qr, kp + kb, De)
+                         : QkBlock<RP, float>(qr, kp + kb, De));
+      }
+      for (int r = 0; r < rn; ++r)
+        for (int kk = 0; kk < KB; ++kk)
+          srow[r * kDecodeTileKeys + kb + kk] = t[r * KB + kk];
+    }
+  }
+};
+
+}  // namespace
+}  // namespace attnkit::simd::internal::ATTNKIT_SIMD_NS
+
+#endif  // ATTNKIT_SIMD_DECODE_MICROKERNELS_H_

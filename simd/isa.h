@@ -1,0 +1,275 @@
+// The ISA layer of the simd kernels: one vector abstraction (XVec over an
+// xsimd architecture, SVec for the portable fallback) with bf16 widening,
+// exp2, horizontal sums and transpose-reduces, plus the row loads the kernels
+// share. Nothing here knows about attention.
+//
+// Include ONLY from the per-ISA kernel headers (through flash_impl.h, from
+// flash_<isa>.cc after defining ATTNKIT_SIMD_NS): everything here lives in
+// that per-ISA namespace, so no inline function compiled with one ISA's
+// flags can be picked by the linker for another's (an ODR trap of multi-ISA
+// builds). For the same reason these headers avoid out-of-line std::
+// algorithms.
+#ifndef ATTNKIT_SIMD_NS
+#error "define ATTNKIT_SIMD_NS before including simd/isa.h"
+#endif
+
+#ifndef ATTNKIT_SIMD_ISA_H_
+#define ATTNKIT_SIMD_ISA_H_
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "runtime/problem.h"
+#include "simd/kernel.h"
+#include "xsimd/xsimd.hpp"
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+// How the kernels' named steps are compiled. Cutting a kernel into steps
+// must leave its machine code as it was, but GCC 12's heuristics compiled the
+// cut kernels differently: micro-kernels moved out of line, a hot P.V loop
+// no longer unswitched and spilling, a prefetch-only step judged pure and
+// dropped -- up to 5% more instructions (simd/README.md, "Checking that a
+// refactor kept the speed"). So the steps (QkTile, SoftmaxTile, ...) are
+// always_inline, and the functions that run them per tile
+// (PrefillKernel::RunTile, DecodeKernel::Run) are flatten: GCC does not
+// early-inline ordinary helpers such as TensorView::Offset into an
+// always_inline function, and left some as calls per key. Micro-kernels that
+// must stay out of line say so (noinline).
+#define ATTNKIT_SIMD_STEP [[gnu::always_inline]]
+
+namespace attnkit::simd::internal::ATTNKIT_SIMD_NS {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.4426950408889634f;
+
+// exp2 polynomial on [-0.5, 0.5] (Cephes exp2f: ~2 ulp). p(0) == 1 exactly,
+// so alpha = exp2(0) is exactly 1 and an unchanged max rescales nothing.
+constexpr float kE0 = 1.535336188319500e-4f, kE1 = 1.339887440266574e-3f,
+                kE2 = 9.618437357674640e-3f, kE3 = 5.550332471162809e-2f,
+                kE4 = 2.402264791363012e-1f, kE5 = 6.931472028550421e-1f;
+
+inline float Bf16ToF32(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The vector layer over xsimd architecture A. kDot: the ISA has vdpbf16ps
+// (the kernels then take bf16 QK^T through it).
+template <class A, bool kDot>
+struct XVec {
+  using V = xsimd::batch<float, A>;
+  using I = xsimd::batch<int32_t, A>;
+  static constexpr int W = static_cast<int>(V::size);
+  static constexpr bool kBf16Dot = kDot;
+  static V Zero() { return V(0.0f); }
+  static V Set(float x) { return V(x); }
+  static V Load(const float* p) { return V::load_unaligned(p); }
+  // W bf16 values widened to f32 in registers (zero-extend, shift left 16).
+  static V Load(const uint16_t* p) {
+#if defined(__AVX512F__)
+    if constexpr (W == 16) {
+      return V(_mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+          16)));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (W == 8) {
+      return V(_mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+          16)));
+    }
+#endif
+    alignas(64) float t[W];
+    for (int i = 0; i < W; ++i) t[i] = Bf16ToF32(p[i]);
+    return V::load_aligned(t);
+  }
+  static void Store(float* p, const V& v) { v.store_unaligned(p); }
+  static V Fma(const V& a, const V& b, const V& c) {
+    return xsimd::fma(a, b, c);
+  }
+  static V Max(const V& a, const V& b) { return xsimd::max(a, b); }
+  static float HSum(const V& v) { return xsimd::hadd(v); }
+  static float HMax(const V& v) {
+    alignas(64) float t[W];
+    v.store_aligned(t);
+    float m = t[0];
+    for (int i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
+    return m;
+  }
+  // W accumulators -> one vector of their W horizontal sums.
+  static V HAddP(const V* rows) {
+#if defined(__AVX512F__)
+    // xsimd 8.1's AVX-512 haddp returns lanes 2-5 and 10-13 permuted, so
+    // the 16-wide transpose-reduce is spelled out: two unpack levels sum
+    // within 128-bit blocks, then two block shuffles sum across them.
+    if constexpr (W == 16) {
+      __m512 q[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m512 r0 = rows[4 * k], r1 = rows[4 * k + 1],
+                     r2 = rows[4 * k + 2], r3 = rows[4 * k + 3];
+        const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(r0, r1),
+                                         _mm512_unpackhi_ps(r0, r1));
+        const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(r2, r3),
+                                         _mm512_unpackhi_ps(r2, r3));
+        const __m512d a = _mm512_castps_pd(s01), b = _mm512_castps_pd(s23);
+        q[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+      }
+      const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(q[0], q[1], 0x44),
+                                      _mm512_shuffle_f32x4(q[0], q[1], 0xEE));
+      const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(q[2], q[3], 0x44),
+                                      _mm512_shuffle_f32x4(q[2], q[3], 0xEE));
+      return V(_mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88),
+                             _mm512_shuffle_f32x4(ab, cd, 0xDD)));
+    }
+#endif
+    return xsimd::haddp(rows);
+  }
+  // 2^x for x <= ~9 (callers guarantee it); x <= -127 and -inf give +0, so a
+  // masked logit contributes exactly nothing; NaN stays NaN. max/min take
+  // the constant first: on x86 they return the second operand for a NaN.
+  static V Exp2(const V& x) {
+    V xc = xsimd::min(V(64.0f), xsimd::max(V(-127.0f), x));
+    V n = xsimd::nearbyint(xc);
+    V f = xc - n;
+    V p = V(kE0);
+    p = xsimd::fma(p, f, V(kE1));
+    p = xsimd::fma(p, f, V(kE2));
+    p = xsimd::fma(p, f, V(kE3));
+    p = xsimd::fma(p, f, V(kE4));
+    p = xsimd::fma(p, f, V(kE5));
+    p = xsimd::fma(p, f, V(1.0f));
+    I e = (xsimd::to_int(n) + I(127)) << 23;
+    return p * xsimd::bitwise_cast<V>(e);
+  }
+  // Lane-wise select, lazy-rescale helpers (flash_impl.h).
+  static V NewMax(const V& m_old, const V& tmax) {
+    return xsimd::select(tmax > m_old + V(kLazyRescaleLog2), tmax, m_old);
+  }
+  static V UsableMax(const V& m) {
+    return xsimd::select(m == V(kNegInf), V(0.0f), m);
+  }
+  static bool AllEqual(const V& a, const V& b) { return xsimd::all(a == b); }
+};
+
+// The portable fallback: a 4-float "vector" in plain C++ (no intrinsics; at
+// -march=x86-64 the compiler may use SSE2, which every x86-64 CPU has).
+struct SV4 {
+  float v[4];
+  friend SV4 operator+(const SV4& a, const SV4& b) {
+    return {
+        {a.v[0] + b.v[0], a.v[1] + b.v[1], a.v[2] + b.v[2], a.v[3] + b.v[3]}};
+  }
+  friend SV4 operator-(const SV4& a, const SV4& b) {
+    return {
+        {a.v[0] - b.v[0], a.v[1] - b.v[1], a.v[2] - b.v[2], a.v[3] - b.v[3]}};
+  }
+  friend SV4 operator*(const SV4& a, const SV4& b) {
+    return {
+        {a.v[0] * b.v[0], a.v[1] * b.v[1], a.v[2] * b.v[2], a.v[3] * b.v[3]}};
+  }
+};
+
+struct SVec {
+  using V = SV4;
+  static constexpr int W = 4;
+  static constexpr bool kBf16Dot = false;
+  static V Zero() { return Set(0.0f); }
+  static V Set(float x) { return {{x, x, x, x}}; }
+  static V Load(const float* p) { return {{p[0], p[1], p[2], p[3]}}; }
+  static V Load(const uint16_t* p) {
+    return {
+        {Bf16ToF32(p[0]), Bf16ToF32(p[1]), Bf16ToF32(p[2]), Bf16ToF32(p[3])}};
+  }
+  static void Store(float* p, const V& a) {
+    for (int i = 0; i < 4; ++i) p[i] = a.v[i];
+  }
+  // Baseline x86-64 has no FMA instruction; std::fma would be a libm call.
+  static V Fma(const V& a, const V& b, const V& c) { return a * b + c; }
+  static V Max(const V& a, const V& b) {  // NaN in b propagates, as on x86
+    V r;
+    for (int i = 0; i < 4; ++i) r.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
+    return r;
+  }
+  static float HSum(const V& a) {
+    return (a.v[0] + a.v[1]) + (a.v[2] + a.v[3]);
+  }
+  static float HMax(const V& a) {
+    float m = a.v[0];
+    for (int i = 1; i < 4; ++i) m = a.v[i] > m ? a.v[i] : m;
+    return m;
+  }
+  static V HAddP(const V* rows) {
+    return {{HSum(rows[0]), HSum(rows[1]), HSum(rows[2]), HSum(rows[3])}};
+  }
+  static float Exp2One(float x) {
+    if (x != x) return x;
+    if (!(x > -127.0f)) return 0.0f;
+    return std::exp2(x < 64.0f ? x : 64.0f);
+  }
+  static V Exp2(const V& a) {
+    return {
+        {Exp2One(a.v[0]), Exp2One(a.v[1]), Exp2One(a.v[2]), Exp2One(a.v[3])}};
+  }
+  static V NewMax(const V& m_old, const V& tmax) {
+    V r;
+    for (int i = 0; i < 4; ++i)
+      r.v[i] =
+          tmax.v[i] > m_old.v[i] + kLazyRescaleLog2 ? tmax.v[i] : m_old.v[i];
+    return r;
+  }
+  static V UsableMax(const V& m) {
+    V r;
+    for (int i = 0; i < 4; ++i) r.v[i] = m.v[i] == kNegInf ? 0.0f : m.v[i];
+    return r;
+  }
+  static bool AllEqual(const V& a, const V& b) {
+    for (int i = 0; i < 4; ++i)
+      if (!(a.v[i] == b.v[i])) return false;
+    return true;
+  }
+};
+
+// dst[x] = src[x * stride] widened to f32, x < n (auto-vectorized when
+// stride == 1: vpmovzxwd + vpslld).
+inline void LoadRow(const TensorView& t, int64_t off, int64_t stride, int64_t n,
+                    float* dst) {
+  if (t.dtype == DType::kF32) {
+    const float* s = t.As<float>() + off;
+    if (stride == 1) {
+      for (int64_t x = 0; x < n; ++x) dst[x] = s[x];
+    } else {
+      for (int64_t x = 0; x < n; ++x) dst[x] = s[x * stride];
+    }
+  } else {
+    const uint16_t* s = static_cast<const uint16_t*>(t.data) + off;
+    if (stride == 1) {
+      for (int64_t x = 0; x < n; ++x) {
+        const uint32_t u = static_cast<uint32_t>(s[x]) << 16;
+        std::memcpy(dst + x, &u, 4);
+      }
+    } else {
+      for (int64_t x = 0; x < n; ++x) dst[x] = Bf16ToF32(s[x * stride]);
+    }
+  }
+}
+
+inline void ZeroFloats(float* p, int64_t n) {
+  for (int64_t x = 0; x < n; ++x) p[x] = 0.0f;
+}
+
+}  // namespace
+}  // namespace attnkit::simd::internal::ATTNKIT_SIMD_NS
+
+#endif  // ATTNKIT_SIMD_ISA_H_

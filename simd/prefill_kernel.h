@@ -1,0 +1,372 @@
+// The prefill path (R >= vector width rows; lanes = rows): S^T[key][row],
+// O^T[d][row]. QK^T broadcasts K[j][e] against a vector of Q^T[e][rows]; P.V
+// broadcasts V[j][e] against P^T[j][rows]. Broadcasting from memory reads K
+// and V through any strides, so every KV layout (BHSD, BSHD, transposed V)
+// runs the same register-blocked micro-kernels with no transposition, and
+// the row max/sum of the online softmax are lane-wise (no shuffles).
+//
+// Include ONLY from flash_impl.h or tile_steps.h (see simd/isa.h: everything
+// here lives in the per-ISA namespace ATTNKIT_SIMD_NS).
+#ifndef ATTNKIT_SIMD_NS
+#error "define ATTNKIT_SIMD_NS before including simd/prefill_kernel.h"
+#endif
+
+#ifndef ATTNKIT_SIMD_PREFILL_KERNEL_H_
+#define ATTNKIT_SIMD_PREFILL_KERNEL_H_
+
+#include <cassert>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "runtime/problem.h"
+#include "simd/block.h"
+#include "simd/isa.h"
+#include "simd/kernel.h"
+
+namespace attnkit::simd::internal::ATTNKIT_SIMD_NS {
+namespace {
+
+template <class X>
+struct PrefillKernel {
+  using V = typename X::V;
+  static constexpr int W = X::W;
+
+  // Keys / d per micro-kernel call for RV row vectors: RV x NB accumulators
+  // + RV Q (or P) vectors + 1 broadcast within the register file (32 zmm: 8,
+  // 8, 8, 6; 16 ymm: 8, 6, 4, 2 -- AVX2 with the AVX-512 blocks spilled
+  // them).
+  static constexpr int kRegs = W >= 16 ? 32 : 16;
+  template <int RV>
+  static constexpr int kBlock = (kRegs - 1 - RV) / RV < 8
+                                    ? (kRegs - 1 - RV) / RV
+                                    : 8;
+
+  // f(std::integral_constant<int, RV>) for the RV = ceil(rows / W) row
+  // vectors of the prefill path (1..4).
+  template <class F>
+  static void WithRowVectors(int64_t rows, F&& f) {
+    switch ((rows + W - 1) / W) {
+      case 1:
+        return f(std::integral_constant<int, 1>{});
+      case 2:
+        return f(std::integral_constant<int, 2>{});
+      case 3:
+        return f(std::integral_constant<int, 3>{});
+      case 4:
+        return f(std::integral_constant<int, 4>{});
+      default:
+        break;
+    }
+    assert(false && "more rows than KernelOps::max_rows");
+  }
+
+  // ---- micro-kernels
+  // S^T[j][rows] for NK keys: Q^T is [d][rp] (rp = RV*W rows), K row pointers
+  // kp + kk*ks. 4x6 on AVX-512: 24 accumulators + 4 Q vectors + 1 broadcast
+  // of 32 zmm; per e: 10 loads feed 24 FMAs, and 24 independent chains cover
+  // the 4-cycle FMA latency many times over.
+  template <int RV, int NK>
+  static void QkLanes(const float* qt, int64_t d, int64_t rp, const float* kp,
+                      int64_t ks, float* st) {
+    V acc[NK][RV];
+    for (int kk = 0; kk < NK; ++kk)
+      for (int rv = 0; rv < RV; ++rv) acc[kk][rv] = X::Zero();
+#pragma GCC unroll 2
+    for (int64_t e = 0; e < d; ++e) {
+      V qv[RV];
+      for (int rv = 0; rv < RV; ++rv) qv[rv] = X::Load(qt + e * rp + rv * W);
+      for (int kk = 0; kk < NK; ++kk) {
+        const V kb = X::Set(kp[kk * ks + e]);
+        for (int rv = 0; rv < RV; ++rv)
+          acc[kk][rv] = X::Fma(kb, qv[rv], acc[kk][rv]);
+      }
+    }
+    for (int kk = 0; kk < NK; ++kk)
+      for (int rv = 0; rv < RV; ++rv)
+        X::Store(st + kk * rp + rv * W, acc[kk][rv]);
+  }
+
+#if defined(__AVX512BF16__)
+  // The same with vdpbf16ps: Q^T holds bf16 pairs [d/2][rp][2]; each lane
+  // accumulates q[2p]k[2p] + q[2p+1]k[2p+1] in f32 (products of bf16 are
+  // exact in f32), halving the FMA count. K pairs are 32-bit broadcasts
+  // straight from the stored bf16 rows (d even).
+  template <int RV, int NK>
+  static void QkLanesBf16(const uint16_t* qp, int64_t d2, int64_t rp,
+                          const uint16_t* kp, int64_t ks, float* st) {
+    __m512 acc[NK][RV];
+    for (int kk = 0; kk < NK; ++kk)
+      for (int rv = 0; rv < RV; ++rv) acc[kk][rv] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < d2; ++p) {
+      __m512bh qv[RV];
+      for (int rv = 0; rv < RV; ++rv)
+        qv[rv] = (__m512bh)_mm512_loadu_si512(qp + (p * rp + rv * 16) * 2);
+      for (int kk = 0; kk < NK; ++kk) {
+        uint32_t pair;
+        std::memcpy(&pair, kp + kk * ks + 2 * p, 4);
+        const __m512bh kb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+        for (int rv = 0; rv < RV; ++rv)
+          acc[kk][rv] = _mm512_dpbf16_ps(acc[kk][rv], qv[rv], kb);
+      }
+    }
+    for (int kk = 0; kk < NK; ++kk)
+      for (int rv = 0; rv < RV; ++rv)
+        _mm512_storeu_ps(st + kk * rp + rv * 16, acc[kk][rv]);
+  }
+#endif
+
+  // O^T[e0..e0+ND][rows] += sum_j V(j, e) P^T[j][rows]; V(j, e) at
+  // v[j*sj + e*sd] (any layout). 6x4 on AVX-512, as QkLanes.
+  template <int RV, int ND>
+  static void PvLanes(const float* pt, int64_t rp, int64_t nt, const float* v,
+                      int64_t sj, int64_t sd, float* ot) {
+    V acc[ND][RV];
+    for (int dd = 0; dd < ND; ++dd)
+      for (int rv = 0; rv < RV; ++rv)
+        acc[dd][rv] = X::Load(ot + dd * rp + rv * W);
+#pragma GCC unroll 2
+    for (int64_t j = 0; j < nt; ++j) {
+      V pv[RV];
+      for (int rv = 0; rv < RV; ++rv) pv[rv] = X::Load(pt + j * rp + rv * W);
+      for (int dd = 0; dd < ND; ++dd) {
+        const V vb = X::Set(v[j * sj + dd * sd]);
+        for (int rv = 0; rv < RV; ++rv)
+          acc[dd][rv] = X::Fma(vb, pv[rv], acc[dd][rv]);
+      }
+    }
+    for (int dd = 0; dd < ND; ++dd)
+      for (int rv = 0; rv < RV; ++rv)
+        X::Store(ot + dd * rp + rv * W, acc[dd][rv]);
+  }
+
+  // ---- the steps of a work item
+  // Whether QK^T goes through vdpbf16ps (bf16 pairs of Q^T and K).
+  ATTNKIT_SIMD_STEP static bool UsesBf16Dot(const AttentionProblem& p) {
+    return X::kBf16Dot && p.dtype == DType::kBF16 && p.head_dim % 2 == 0;
+  }
+
+  // Packs Q^T (f32 [d][rp], or bf16 pairs [d/2][rp][2] for vdpbf16ps) into
+  // the workspace; padded rows are zero.
+  template <int RV>
+  ATTNKIT_SIMD_STEP static void LoadQueries(const BlockJob& job,
+                                            const Rows& rows, float* ws,
+                                            const WorkspaceLayout& L) {
+    const AttentionProblem& p = *job.problem;
+    const AttentionArgs& a = *job.args;
+    const int64_t d = p.head_dim, rp = RV * W;
+    if (UsesBf16Dot(p)) {
+      uint16_t* qp = reinterpret_cast<uint16_t*>(ws + L.queries);
+      const uint16_t* q = static_cast<const uint16_t*>(a.q.data);
+      for (int64_t r = 0; r < rp; ++r)
+        for (int64_t e = 0; e < d; ++e)
+          qp[((e / 2) * rp + r) * 2 + (e & 1)] =
+              r < rows.count
+                  ? q[a.q.Offset(job.batch, rows.head[r], rows.query[r], e)]
+                  : 0;
+    } else {
+      float* qt = ws + L.queries;
+      float row[kMaxHeadDim];
+      for (int64_t r = 0; r < rp; ++r) {
+        if (r < rows.count) {
+          LoadRow(a.q, a.q.Offset(job.batch, rows.head[r], rows.query[r], 0), 1,
+                  d, row);
+        } else {
+          ZeroFloats(row, d);
+        }
+        for (int64_t e = 0; e < d; ++e) qt[e * rp + r] = row[e];
+      }
+    }
+  }
+
+  // S^T = Q K^T for the keys [j0, j0 + nt).
+  template <int RV>
+  ATTNKIT_SIMD_STEP static void QkTile(const BlockJob& job, float* ws,
+                                       const WorkspaceLayout& L, int64_t j0,
+                                       int64_t nt) {
+    constexpr int NB = kBlock<RV>;
+    const AttentionProblem& p = *job.problem;
+    const AttentionArgs& a = *job.args;
+    const int64_t d = p.head_dim, rp = RV * W;
+    float* st = ws + L.scores;
+    const int64_t ks = a.k.strides[2];
+    bool dot = false;
+#if defined(__AVX512BF16__)
+    dot = UsesBf16Dot(p);
+    if (dot) {
+      const uint16_t* qp = reinterpret_cast<const uint16_t*>(ws + L.queries);
+      const uint16_t* kb = static_cast<const uint16_t*>(a.k.data) +
+                           a.k.Offset(job.batch, job.kv_head, j0, 0);
+      int64_t j = 0;
+      for (; j + NB <= nt; j += NB)
+        QkLanesBf16<RV, NB>(qp, d / 2, rp, kb + j * ks, ks, st + j * rp);
+      for (; j < nt; ++j)
+        QkLanesBf16<RV, 1>(qp, d / 2, rp, kb + j * ks, ks, st + j * rp);
+    }
+#endif
+    if (!dot) {
+      const float* kb;
+      int64_t kstride;
+      if (p.dtype ==
+          DType::kBF16) {  // widen the tile once; row blocks reuse it
+        float* kw = ws + L.k_tile;
+        for (int64_t j = 0; j < nt; ++j)
+          LoadRow(a.k, a.k.Offset(job.batch, job.kv_head, j0 + j, 0), 1, d,
+                  kw + j * d);
+        kb = kw;
+        kstride = d;
+      } else {
+        kb = a.k.As<float>() + a.k.Offset(job.batch, job.kv_head, j0, 0);
+        kstride = ks;
+      }
+      const float* qt = ws + L.queries;
+      int64_t j = 0;
+      for (; j + NB <= nt; j += NB)
+        QkLanes<RV, NB>(qt, d, rp, kb + j * kstride, kstride, st + j * rp);
+      for (; j < nt; ++j)
+        QkLanes<RV, 1>(qt, d, rp, kb + j * kstride, kstride, st + j * rp);
+    }
+  }
+
+  // The online softmax over the tile, lane-wise over rows: scale to log2
+  // units, mask (`masked`: some row does not see some key, or a bias), raise
+  // the running max (lazily), P = exp2(S - m) in place, l = l*alpha +
+  // rowsum(P), O *= alpha when some row's max moved.
+  template <int RV>
+  ATTNKIT_SIMD_STEP static void SoftmaxTile(const BlockJob& job,
+                                            const Rows& rows, float* ws,
+                                            const WorkspaceLayout& L,
+                                            int64_t j0, int64_t nt,
+                                            bool masked) {
+    const int64_t d = job.problem->head_dim, rp = RV * W;
+    float* st = ws + L.scores;
+    float* ot = ws + L.out;
+    float* m = ws + L.row_max;
+    float* l = ws + L.row_sum;
+    const V c = X::Set(job.scale_log2e);
+    for (int64_t j = 0; j < nt; ++j)
+      for (int rv = 0; rv < RV; ++rv)
+        X::Store(st + j * rp + rv * W, X::Load(st + j * rp + rv * W) * c);
+    if (masked) {
+      for (int64_t r = 0; r < rows.count; ++r)
+        MaskRow<RV * W>(rows, r, j0, nt, job.args->bias.strides[3], st + r);
+    }
+    bool rescale = false;
+    for (int rv = 0; rv < RV; ++rv) {
+      V tmax = X::Set(kNegInf);
+      for (int64_t j = 0; j < nt; ++j)
+        tmax = X::Max(tmax, X::Load(st + j * rp + rv * W));
+      const V m_old = X::Load(m + rv * W);
+      const V m_new = X::NewMax(m_old, tmax);
+      const V m_use = X::UsableMax(m_new);
+      V sum = X::Zero();
+      for (int64_t j = 0; j < nt; ++j) {
+        const V pj = X::Exp2(X::Load(st + j * rp + rv * W) - m_use);
+        X::Store(st + j * rp + rv * W, pj);
+        sum = sum + pj;
+      }
+      if (!X::AllEqual(m_new, m_old)) {
+        rescale = true;
+        const V alpha = X::Exp2(m_old - m_use);
+        X::Store(ws + L.rescale + rv * W, alpha);
+        X::Store(l + rv * W, X::Load(l + rv * W) * alpha + sum);
+      } else {
+        X::Store(ws + L.rescale + rv * W, X::Set(1.0f));
+        X::Store(l + rv * W, X::Load(l + rv * W) + sum);
+      }
+      X::Store(m + rv * W, m_new);
+    }
+    if (rescale) {
+      V alpha[RV];
+      for (int rv = 0; rv < RV; ++rv)
+        alpha[rv] = X::Load(ws + L.rescale + rv * W);
+      for (int64_t e = 0; e < d; ++e)
+        for (int rv = 0; rv < RV; ++rv)
+          X::Store(ot + e * rp + rv * W,
+                   X::Load(ot + e * rp + rv * W) * alpha[rv]);
+    }
+  }
+
+  // O^T += V^T P^T for the keys [j0, j0 + nt).
+  template <int RV>
+  ATTNKIT_SIMD_STEP static void PvTile(const BlockJob& job, float* ws,
+                                       const WorkspaceLayout& L, int64_t j0,
+                                       int64_t nt) {
+    constexpr int NB = kBlock<RV>;
+    const AttentionProblem& p = *job.problem;
+    const AttentionArgs& a = *job.args;
+    const int64_t d = p.head_dim, rp = RV * W;
+    const float* st = ws + L.scores;
+    float* ot = ws + L.out;
+    const float* vb;
+    int64_t sj, sd;
+    if (p.dtype == DType::kBF16) {  // widen in the stored orientation
+      float* vw = ws + L.v_tile;
+      if (p.layout == KvLayout::kTransposedV) {
+        for (int64_t e = 0; e < d; ++e)
+          LoadRow(a.v, a.v.Offset(job.batch, job.kv_head, j0, e), 1, nt,
+                  vw + e * kPrefillTileKeys);
+        sj = 1;
+        sd = kPrefillTileKeys;
+      } else {
+        for (int64_t j = 0; j < nt; ++j)
+          LoadRow(a.v, a.v.Offset(job.batch, job.kv_head, j0 + j, 0), 1, d,
+                  vw + j * d);
+        sj = d;
+        sd = 1;
+      }
+      vb = vw;
+    } else {
+      vb = a.v.As<float>() + a.v.Offset(job.batch, job.kv_head, j0, 0);
+      sj = a.v.strides[2];
+      sd = a.v.strides[3];
+    }
+    int64_t e = 0;
+    for (; e + NB <= d; e += NB)
+      PvLanes<RV, NB>(st, rp, nt, vb + e * sd, sj, sd, ot + e * rp);
+    for (; e < d; ++e)
+      PvLanes<RV, 1>(st, rp, nt, vb + e * sd, sj, sd, ot + e * rp);
+  }
+
+  // One KV tile of the keys [j0, j0 + nt): QK^T, softmax, P.V (flatten:
+  // see ATTNKIT_SIMD_STEP in isa.h).
+  template <int RV>
+  [[gnu::flatten]] static void RunTile(const BlockJob& job, const Rows& rows,
+                                       float* ws, const WorkspaceLayout& L,
+                                       int64_t j0, int64_t nt, bool masked) {
+    QkTile<RV>(job, ws, L, j0, nt);
+    SoftmaxTile<RV>(job, rows, ws, L, j0, nt, masked);
+    PvTile<RV>(job, ws, L, j0, nt);
+  }
+
+  // One work item of rows.count <= RV * W rows (one kv head) over its keys.
+  template <int RV>
+  static void Run(const BlockJob& job, const Rows& rows, float* ws,
+                  const WorkspaceLayout& L) {
+    const AttentionProblem& p = *job.problem;
+    const int64_t d = p.head_dim, rp = RV * W;
+    LoadQueries<RV>(job, rows, ws, L);
+    float* ot = ws + L.out;
+    ZeroFloats(ot, d * rp);
+    for (int64_t r = 0; r < rp; ++r) {
+      ws[L.row_max + r] = kNegInf;
+      ws[L.row_sum + r] = 0.0f;
+    }
+    const bool has_bias = p.mask == MaskKind::kBias;
+    const int64_t end = rows.keys_end;
+    for (int64_t j0 = rows.keys_begin; j0 < end; j0 += kPrefillTileKeys) {
+      const int64_t nt =
+          end - j0 < kPrefillTileKeys ? end - j0 : kPrefillTileKeys;
+      const TileCoverage cover = CoverTile(rows, j0, nt, has_bias);
+      if (cover.empty) continue;  // fully masked tile (causal / window)
+      RunTile<RV>(job, rows, ws, L, j0, nt, !cover.full);
+    }
+    WriteRows(job, rows, ws + L.row_max, ws + L.row_sum,
+              [&](int64_t r, int64_t e) { return ot[e * rp + r]; });
+  }
+};
+
+}  // namespace
+}  // namespace attnkit::simd::internal::ATTNKIT_SIMD_NS
+
+#endif  // ATTNKIT_SIMD_PREFILL_KERNEL_H_
