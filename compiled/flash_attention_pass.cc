@@ -79,10 +79,8 @@ namespace attnkit::compiled {
 
 namespace {
 
-using utils::IteratorType;
-constexpr IteratorType kPar = IteratorType::parallel;
-
 using namespace structured;
+
 /// Re-materializes `v`, an index expression inside the modifier region built
 /// from the query index, values from above and +/- constants, with the query
 /// index replaced by `row`. Fails unless the row enters with a positive sign
