@@ -103,8 +103,7 @@ StatusOr<ValueProfile> ParseValueProfile(std::string_view s);
 // The case at `index` of the campaign `seed` in `tier`. Deterministic: uses
 // only Rng(seed, index) (and its block stream). With `blocks` false no case
 // is an attention block; every other case is the same either way.
-Case GenerateCase(Tier tier, uint64_t seed, uint64_t index,
-                  bool blocks = true);
+Case GenerateCase(Tier tier, uint64_t seed, uint64_t index, bool blocks = true);
 
 // The problem of decode step `step` (0 = prompt) of a decode-loop case, and
 // the cache capacity the loop needs.
