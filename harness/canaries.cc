@@ -218,11 +218,7 @@ class CanaryBackend final : public Backend {
       }
     }
     auto heads = [&](std::vector<float>& buf) {
-      TensorView v;
-      v.data = buf.data();
-      v.shape = {at.batch, at.q_heads, mq, d};
-      v.strides = {mq * qw, d, qw, 1};
-      return v;
+      return HeadsOfRows(buf.data(), at.batch, at.q_heads, mq, d, mq * qw, qw);
     };
     AttentionArgs args{heads(q), a.k_cache, a.v_cache, a.bias, heads(attn)};
     ATTNKIT_RETURN_IF_ERROR(Attention(at, args));

@@ -608,7 +608,7 @@ StatusOr<std::vector<CheckResult>> RunBlock(
   ATTNKIT_ASSIGN_OR_RETURN(reference::BlockTruth truth,
                            reference::ComputeBlockTruth(bp, data.args()));
   const AttentionProblem shape = reference::BlockOutputShape(bp);
-  const reference::Truth out_truth{truth.oracle.out, truth.out};
+  const reference::Truth out_truth{std::move(truth.oracle.out), truth.out};
   InputGuard inputs;
   for (const auto& [name, tensor] : data.inputs()) inputs.Watch(name, *tensor);
   std::vector<CheckResult> results;

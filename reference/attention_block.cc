@@ -32,18 +32,6 @@ RowMatrix Project(const RowMatrix& x, const TensorView& w,
   return y;
 }
 
-// A view of a dense [batch, max_q, heads * d] buffer as [batch, heads,
-// max_q, d]: token-major rows, as a fused projection writes them.
-TensorView HeadsView(std::vector<float>& buf, int64_t batch, int64_t heads,
-                     int64_t max_q, int64_t d) {
-  TensorView t;
-  t.data = buf.data();
-  t.dtype = DType::kF32;
-  t.shape = {batch, heads, max_q, d};
-  t.strides = {max_q * heads * d, d, heads * d, 1};
-  return t;
-}
-
 }  // namespace
 
 Status AttentionBlock(const AttentionBlockProblem& p,
@@ -71,8 +59,10 @@ Status AttentionBlock(const AttentionBlockProblem& p,
         }
   }
   AttentionArgs a;
-  a.q = HeadsView(q, at.batch, at.q_heads, mq, d);
-  a.out = HeadsView(attn, at.batch, at.q_heads, mq, d);
+  a.q = HeadsOfRows(q.data(), at.batch, at.q_heads, mq, d, mq * p.q_width(),
+                    p.q_width());
+  a.out = HeadsOfRows(attn.data(), at.batch, at.q_heads, mq, d,
+                      mq * p.q_width(), p.q_width());
   a.k = args.k_cache;
   a.v = args.v_cache;
   a.bias = args.bias;

@@ -113,6 +113,16 @@ StatusOr<AttentionBlockProblem> ParseAttentionBlockProblem(
   return p;
 }
 
+TensorView HeadsOfRows(float* data, int64_t batch, int64_t heads, int64_t max_q,
+                       int64_t d, int64_t batch_stride, int64_t row_stride) {
+  TensorView t;
+  t.data = data;
+  t.dtype = DType::kF32;
+  t.shape = {batch, heads, max_q, d};
+  t.strides = {batch_stride, d, row_stride, 1};
+  return t;
+}
+
 Status ValidateBlockArgs(const AttentionBlockProblem& p,
                          const AttentionBlockArgs& a) {
   ATTNKIT_RETURN_IF_ERROR(p.Validate());

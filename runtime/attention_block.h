@@ -71,6 +71,12 @@ struct AttentionBlockArgs {
 Status ValidateBlockArgs(const AttentionBlockProblem& p,
                          const AttentionBlockArgs& args);
 
+// The [batch, heads, max_q, d] f32 view of token-major rows -- each token's
+// heads * d values side by side, as a projection writes Q (or the attention
+// writes the rows Wo reads) -- with the rows' own batch and row strides.
+TensorView HeadsOfRows(float* data, int64_t batch, int64_t heads, int64_t max_q,
+                       int64_t d, int64_t batch_stride, int64_t row_stride);
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_RUNTIME_ATTENTION_BLOCK_H_

@@ -129,18 +129,6 @@ void WriteTile(const float* y, int64_t n, int64_t cols, const TensorView& bias,
                      : bias.As<float>()[bias.Offset(0, 0, 0, c0 + c)]));
 }
 
-// A [batch, heads, max_q, d] view of a token-major [batch, max_q, heads * d]
-// buffer (or of out's rows).
-TensorView HeadsView(float* data, int64_t batch, int64_t heads, int64_t max_q,
-                     int64_t d, int64_t batch_stride, int64_t row_stride) {
-  TensorView t;
-  t.data = data;
-  t.dtype = DType::kF32;
-  t.shape = {batch, heads, max_q, d};
-  t.strides = {batch_stride, d, row_stride, 1};
-  return t;
-}
-
 // Items (sequence, kv head, token chunk), the chunks of every sequence.
 template <typename Fn>
 void ForEachChunk(const AttentionProblem& at, int64_t heads, Fn&& fn) {
@@ -276,16 +264,16 @@ Status AttendAndProject(Backend& attention, BlockWorkspace& ws, int threads,
   const AttentionProblem& at = p.attention;
   const int64_t mq = at.max_q_len(), d = at.head_dim;
   AttentionArgs args;
-  args.q = HeadsView(ws.q.data(), at.batch, at.q_heads, mq, d, mq * p.q_width(),
-                     p.q_width());
+  args.q = HeadsOfRows(ws.q.data(), at.batch, at.q_heads, mq, d,
+                       mq * p.q_width(), p.q_width());
   args.k = a.k_cache;
   args.v = a.v_cache;
   args.bias = a.bias;
   args.out = p.output_projection
-                 ? HeadsView(ws.attn.data(), at.batch, at.q_heads, mq, d,
-                             mq * p.q_width(), p.q_width())
-                 : HeadsView(a.out.As<float>(), at.batch, at.q_heads, mq, d,
-                             a.out.strides[0], a.out.strides[2]);
+                 ? HeadsOfRows(ws.attn.data(), at.batch, at.q_heads, mq, d,
+                               mq * p.q_width(), p.q_width())
+                 : HeadsOfRows(a.out.As<float>(), at.batch, at.q_heads, mq, d,
+                               a.out.strides[0], a.out.strides[2]);
   ATTNKIT_RETURN_IF_ERROR(attention.Attention(at, args));
   if (!p.output_projection) return Status::Ok();
   ProjectAll(
@@ -332,10 +320,10 @@ Status UnfusedAttentionBlock(Backend& backend, BlockWorkspace& ws, int threads,
   KvAppendArgs append;
   append.k_cache = a.k_cache;
   append.v_cache = a.v_cache;
-  append.new_k = HeadsView(ws.k.data(), at.batch, at.kv_heads, mq, d,
-                           mq * p.kv_width(), p.kv_width());
-  append.new_v = HeadsView(ws.v.data(), at.batch, at.kv_heads, mq, d,
-                           mq * p.kv_width(), p.kv_width());
+  append.new_k = HeadsOfRows(ws.k.data(), at.batch, at.kv_heads, mq, d,
+                             mq * p.kv_width(), p.kv_width());
+  append.new_v = HeadsOfRows(ws.v.data(), at.batch, at.kv_heads, mq, d,
+                             mq * p.kv_width(), p.kv_width());
   append.positions = std::span<const int64_t>(ws.positions.data(), at.batch);
   append.new_lens = at.q_lens;
   ATTNKIT_RETURN_IF_ERROR(backend.AppendKv(append));
