@@ -17,6 +17,8 @@ include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/EnumAttr.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/TilingInterface.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 
 def Attnkit_Dialect : Dialect {
   let name = "attnkit";
@@ -48,7 +50,8 @@ def Attnkit_FlashRole : I32EnumAttr<"FlashRole",
       I32EnumAttrCase<"KvLoop", 1, "kv_loop">,
       I32EnumAttrCase<"Qk", 2, "qk">,
       I32EnumAttrCase<"Modifier", 3, "modifier">,
-      I32EnumAttrCase<"Pv", 4, "pv">
+      I32EnumAttrCase<"Pv", 4, "pv">,
+      I32EnumAttrCase<"HeadLoop", 5, "head_loop">
     ]> {
   let cppNamespace = "::attnkit::compiled";
   let genSpecializedAttr = 0;
@@ -63,8 +66,13 @@ def Attnkit_FlashRoleAttr : EnumAttr<Attnkit_Dialect, Attnkit_FlashRole,
 // attnkit.attention
 //===----------------------------------------------------------------------===//
 
-def Attnkit_AttentionOp : Attnkit_Op<"attention", [Pure, SingleBlock]> {
-  let summary = "Scaled dot-product attention of one GQA group";
+def Attnkit_AttentionOp : Attnkit_Op<"attention", [Pure, SingleBlock,
+    DeclareOpInterfaceMethods<TilingInterface, ["getLoopIteratorTypes",
+        "getIterationDomain", "getTiledImplementation",
+        "getResultTilePosition", "generateResultTileValue"]>,
+    DeclareOpInterfaceMethods<ReifyRankedShapedTypeOpInterface,
+        ["reifyResultShapes"]>]> {
+  let summary = "Scaled dot-product attention of one GQA group, or of H";
   let description = [{
     For G query heads sharing one K/V head, M queries, N keys, head_dim D:
 
@@ -76,7 +84,12 @@ def Attnkit_AttentionOp : Attnkit_Op<"attention", [Pure, SingleBlock]> {
 
     Q is tensor<G x M x D x T>, K tensor<N x D x T>, V tensor<N x D x T>
     (or D x N), T f32 or bf16, accumulation in f32; the bias, when given,
-    tensor<G x M x N x f32>. The modifier region maps (query index i, key
+    tensor<G x M x N x f32>. With a leading KV-head dimension H (Q
+    H x G x M x D, K and V H x N x D, bias H x G x M x N, output H x G x M x D,
+    lse H x G x M) the op is the attention of H independent groups: it then
+    implements TilingInterface over H (one parallel loop), which is how
+    attnkit-split-heads fuses it, with its producers, into a loop over heads;
+    a tile of one head is rewritten to the single-group form. The modifier region maps (query index i, key
     index j, the scaled score x, the bias element) to the score the softmax
     sees: masks select -inf, a bias is added. Its arguments are
     `(%i: index, %j: index, %x: f32[, %bias: f32])`, its terminator
@@ -120,8 +133,14 @@ def Attnkit_AttentionOp : Attnkit_Op<"attention", [Pure, SingleBlock]> {
     ::mlir::BlockArgument biasArg() {
       return getBias() ? modifierBlock().getArgument(3) : ::mlir::BlockArgument();
     }
-    int64_t groupSize() { return getQuery().getType().getDimSize(0); }
-    int64_t headDim() { return getQuery().getType().getDimSize(2); }
+    /// With a leading KV-head dimension (rank-4 Q).
+    bool hasHeadDim() { return getQuery().getType().getRank() == 4; }
+    int64_t groupSize() {
+      return getQuery().getType().getDimSize(hasHeadDim() ? 1 : 0);
+    }
+    int64_t headDim() {
+      return getQuery().getType().getDimSize(hasHeadDim() ? 3 : 2);
+    }
   }];
 }
 

@@ -45,6 +45,48 @@ def DecomposeAttention
   ];
 }
 
+def SplitHeads : Pass<"attnkit-split-heads", "mlir::func::FuncOp"> {
+  let summary = "Tile an attention block over KV heads, fusing its producers";
+  let description = [{
+    The seed's Megatron-style (split-head) tiling. For each
+    `attnkit.attention` with a leading KV-head dimension H, the op that
+    consumes its output (the transpose back to token-major rows, or the
+    output projection's contraction, which reduces over heads) is tiled by
+    one along its loop that walks the attention's heads, with upstream's
+    `scf::tileConsumerAndFuseProducersUsingSCF`: the attention (its
+    TilingInterface) and, through it, the Q projection's transpose, the
+    tensor.expand_shape that splits its columns into heads and the
+    projection matmul itself are fused into the loop, each on its own
+    head's slice of the weights. Two things upstream needed help with,
+    both items of the seed's proposal: a slice does not pass a
+    tensor.expand_shape (the bubble-up patterns run as the fusion's
+    cleanup patterns), and a slice of a reduction loop's iter_arg must not
+    pull the accumulator's initialization into the loop (the control
+    function refuses destination slices of loop-carried values). Each
+    fused attention tile of one head is then rewritten to the single-group
+    form, which attnkit-flash-attention takes.
+
+    Before:
+      %q = linalg.matmul ins(%x, %wq) -> tensor<?x(H*G*D)xf32>
+      %e = tensor.expand_shape %q -> tensor<?xHxGxDxf32>
+      %t = linalg.transpose ins(%e) -> tensor<HxGx?xDxf32>
+      %o, %l = attnkit.attention q(%t) k(%k : tensor<Hx?xDxf32>) ...
+      %y = linalg.transpose ins(%o) -> tensor<?xHxGxDxf32>
+    After:
+      scf.for %h = 0 to H step 1 iter_args(%acc = ...) {
+        %wq_h = tensor.extract_slice %wq[0, %h * G*D] [hidden, G*D]
+        %q_h = linalg.matmul ins(%x, %wq_h) -> tensor<?x(G*D)xf32>
+        ... linalg.transpose ... attnkit.attention q(tensor<Gx?xDxf32>) ...
+      } {attnkit.flash_role = #attnkit.flash_role<head_loop>}
+    No tensor of all heads' queries exists outside the loop. A function
+    without a headed attention is left as it is.
+  }];
+  let dependentDialects = [
+    "mlir::arith::ArithDialect", "mlir::linalg::LinalgDialect",
+    "mlir::scf::SCFDialect", "mlir::tensor::TensorDialect"
+  ];
+}
+
 def FlashAttention : Pass<"attnkit-flash-attention", "mlir::func::FuncOp"> {
   let summary = "Rewrite attnkit.attention into the FlashAttention form";
   let description = [{

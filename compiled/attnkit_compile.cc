@@ -20,6 +20,7 @@
 #include "compiled/aot.h"
 #include "compiled/ir_builder.h"
 #include "compiled/pipeline.h"
+#include "runtime/attention_block.h"
 #include "runtime/limits.h"
 #include "runtime/parse.h"
 #include "runtime/problem.h"
@@ -91,6 +92,20 @@ static cl::opt<int64_t>
 static cl::opt<int64_t> kvTile("kv-tile",
                                cl::desc("keys per tile (default 64)"),
                                cl::init(attnkit::compiled::kKvTile));
+// An attention block (buildAttentionBlock) instead of an attention: its
+// hidden size, weight dtype, q/k/v biases and output projection.
+static cl::opt<int64_t> hiddenOpt("hidden",
+                                  cl::desc("build the attention block with "
+                                           "this hidden size (0: the "
+                                           "attention alone)"),
+                                  cl::init(0));
+static cl::opt<std::string>
+    weightOpt("weight", cl::desc("the block's weight dtype"), cl::init("f32"));
+static cl::opt<bool> qkvBiasOpt("qkv-bias",
+                                cl::desc("the block's q/k/v biases"),
+                                cl::init(false));
+static cl::opt<bool> woOpt("wo", cl::desc("the block's output projection"),
+                           cl::init(false));
 static cl::opt<std::string> outputFile("o", cl::desc("output file"),
                                        cl::init("-"));
 static cl::opt<bool> printKey("print-key",
@@ -187,8 +202,29 @@ static int run(int argc, char **argv) {
 
   spec.queryTile =
       queryTile.getNumOccurrences() ? queryTile : queryTileFor(qLen);
+
+  std::optional<BlockSpec> block;
+  if (hiddenOpt != 0) {
+    AttentionBlockProblem bp;
+    bp.attention = problem;
+    bp.hidden = hiddenOpt;
+    std::optional<DType> weight = ParseDType(weightOpt);
+    if (!weight)
+      return fail("--weight=" + weightOpt + ": not " + dtypeNames);
+    bp.weight_dtype = *weight;
+    bp.qkv_bias = qkvBiasOpt;
+    bp.output_projection = woOpt;
+    if (Status s = bp.Validate(); !s.ok())
+      return fail("the block of these flags: " + s.message());
+    if (StatusOr<BlockSpec> bs = blockSpecFor(bp); bs.ok())
+      block = bs.value();
+    else
+      return fail(bs.status().message());
+  }
+  if (block)
+    block->queryTile = spec.queryTile;
   if (printKey) {
-    llvm::outs() << spec.key() << "\n";
+    llvm::outs() << (block ? block->key() : spec.key()) << "\n";
     return 0;
   }
 
@@ -197,7 +233,8 @@ static int run(int argc, char **argv) {
   registerCompiledDialects(registry);
   mlir::registerAllToLLVMIRTranslations(registry);
   mlir::MLIRContext ctx(registry);
-  auto module = buildAttention(ctx, spec);
+  auto module =
+      block ? buildAttentionBlock(ctx, *block) : buildAttention(ctx, spec);
   PipelineOptions options;
   options.flash.queryTile = spec.queryTile;
   options.flash.kvTile = kvTile;
@@ -206,7 +243,10 @@ static int run(int argc, char **argv) {
     // A listed kernel is named by its AOT symbol: the one aot.h gives the
     // spec, which the kernel cache's registry links against
     // (aot_registry.cc). Any other keeps the builder's name.
-    if (std::optional<std::string_view> symbol = aotSymbolFor(spec))
+    std::optional<std::string_view> symbol;
+    if (!block)
+      symbol = aotSymbolFor(spec);
+    if (symbol)
       module->walk([&](mlir::func::FuncOp fn) { fn.setSymName(*symbol); });
   }
   if (mlir::failed(lowerToStage(*module, *stage, options)))

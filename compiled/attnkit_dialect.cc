@@ -2,7 +2,10 @@
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include "llvm/ADT/TypeSwitch.h"
@@ -36,7 +39,8 @@ namespace {
 /// Where a role may sit: loops are scf.for, tile ops linalg.generic, and a
 /// KV loop lies directly in a query loop's body.
 LogicalResult verifyRole(Operation *op, FlashRole role) {
-  const bool loop = role == FlashRole::QueryLoop || role == FlashRole::KvLoop;
+  const bool loop = role == FlashRole::QueryLoop || role == FlashRole::KvLoop ||
+                    role == FlashRole::HeadLoop;
   if (loop && !isa<scf::ForOp>(op))
     return op->emitOpError("'")
            << kFlashRoleAttrName << "' " << stringifyFlashRole(role)
@@ -93,39 +97,53 @@ bool hasFlashRole(Operation *op, FlashRole role) {
 LogicalResult AttentionOp::verify() {
   RankedTensorType q = getQuery().getType(), k = getKey().getType(),
                    v = getValue().getType();
-  if (q.getRank() != 3 || k.getRank() != 2 || v.getRank() != 2)
-    return emitOpError("expects q of rank 3 (G x M x D), k and v of rank 2; "
-                       "got ranks ")
+  // `lead` = 1 with the leading KV-head dimension H; every shape below is
+  // read past it, and H must agree across the operands and results.
+  const int64_t lead = q.getRank() == 4 ? 1 : 0;
+  if (q.getRank() != 3 + lead || k.getRank() != 2 + lead ||
+      v.getRank() != 2 + lead)
+    return emitOpError("expects q of rank 3 (G x M x D) with k and v of rank "
+                       "2, or q of rank 4 (H x G x M x D) with k and v of "
+                       "rank 3; got ranks ")
            << q.getRank() << ", " << k.getRank() << ", " << v.getRank();
   Type elem = q.getElementType();
   if (!elem.isF32() && !elem.isBF16())
     return emitOpError("expects f32 or bf16 q/k/v, got ") << elem;
   if (k.getElementType() != elem || v.getElementType() != elem)
     return emitOpError("expects q, k and v of one element type");
-  const int64_t g = q.getDimSize(0), d = q.getDimSize(2);
+  const int64_t g = q.getDimSize(lead), d = q.getDimSize(lead + 2);
   if (ShapedType::isDynamic(g) || ShapedType::isDynamic(d))
     return emitOpError("expects a static group size and head_dim");
   const bool vt = getVTransposed();
-  const int64_t vKeys = v.getDimSize(vt ? 1 : 0),
-                vDim = v.getDimSize(vt ? 0 : 1);
-  if (k.getDimSize(1) != d || vDim != d)
+  const int64_t vKeys = v.getDimSize(lead + (vt ? 1 : 0)),
+                vDim = v.getDimSize(lead + (vt ? 0 : 1));
+  const int64_t keys = k.getDimSize(lead), m = q.getDimSize(lead + 1);
+  if (k.getDimSize(lead + 1) != d || vDim != d)
     return emitOpError("expects k and v rows of head_dim ") << d;
-  if (!compatible(k.getDimSize(0), vKeys))
+  if (!compatible(keys, vKeys))
     return emitOpError("expects as many keys in v as in k");
   RankedTensorType out = getOutput().getType(), lse = getLse().getType();
-  if (out.getRank() != 3 || out.getDimSize(0) != g || out.getDimSize(2) != d ||
-      !compatible(out.getDimSize(1), q.getDimSize(1)) ||
-      !out.getElementType().isF32())
+  SmallVector<RankedTensorType> withHeads{k, v, out, lse};
+  if (Value bias = getBias())
+    withHeads.push_back(cast<RankedTensorType>(bias.getType()));
+  for (RankedTensorType t : withHeads)
+    if (lead &&
+        (t.getRank() == 0 || !compatible(t.getDimSize(0), q.getDimSize(0))))
+      return emitOpError("expects every operand and result to lead with "
+                         "q's ")
+             << q.getDimSize(0) << " KV heads, got " << t;
+  if (out.getRank() != 3 + lead || out.getDimSize(lead) != g ||
+      out.getDimSize(lead + 2) != d ||
+      !compatible(out.getDimSize(lead + 1), m) || !out.getElementType().isF32())
     return emitOpError("expects an f32 output shaped like q, got ") << out;
-  if (lse.getRank() != 2 || lse.getDimSize(0) != g ||
-      !compatible(lse.getDimSize(1), q.getDimSize(1)) ||
-      !lse.getElementType().isF32())
+  if (lse.getRank() != 2 + lead || lse.getDimSize(lead) != g ||
+      !compatible(lse.getDimSize(lead + 1), m) || !lse.getElementType().isF32())
     return emitOpError("expects an f32 lse of G x M, got ") << lse;
   if (Value bias = getBias()) {
     auto b = cast<RankedTensorType>(bias.getType());
-    if (b.getRank() != 3 || b.getDimSize(0) != g ||
-        !compatible(b.getDimSize(1), q.getDimSize(1)) ||
-        !compatible(b.getDimSize(2), k.getDimSize(0)) ||
+    if (b.getRank() != 3 + lead || b.getDimSize(lead) != g ||
+        !compatible(b.getDimSize(lead + 1), m) ||
+        !compatible(b.getDimSize(lead + 2), keys) ||
         !b.getElementType().isF32())
       return emitOpError("expects an f32 bias of G x M x N, got ") << b;
   }
@@ -141,6 +159,117 @@ LogicalResult AttentionOp::verify() {
   if (body.empty() || !isa<YieldOp>(body.back()))
     return emitOpError("expects the modifier to end in attnkit.yield");
   return success();
+}
+
+/// The output is shaped like q, the lse like q without its last dimension.
+LogicalResult
+AttentionOp::reifyResultShapes(OpBuilder &b,
+                               ReifiedRankedShapedTypeDims &shapes) {
+  SmallVector<OpFoldResult> q = tensor::getMixedSizes(b, getLoc(), getQuery());
+  shapes.push_back(q);
+  shapes.push_back(SmallVector<OpFoldResult>(q.begin(), q.end() - 1));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// TilingInterface: a loop over the leading KV-head dimension H (heads are
+// independent); the single-group form has no loops to tile.
+//===----------------------------------------------------------------------===//
+
+SmallVector<utils::IteratorType> AttentionOp::getLoopIteratorTypes() {
+  if (!hasHeadDim())
+    return {};
+  return {utils::IteratorType::parallel};
+}
+
+SmallVector<Range> AttentionOp::getIterationDomain(OpBuilder &b) {
+  if (!hasHeadDim())
+    return {};
+  OpFoldResult heads = tensor::getMixedSize(b, getLoc(), getQuery(), 0);
+  return {Range{b.getIndexAttr(0), heads, b.getIndexAttr(1)}};
+}
+
+namespace {
+
+/// Heads [offset, offset + size) of `t` along its leading dimension, every
+/// other dimension whole.
+Value headSlice(OpBuilder &b, Location loc, Value t, OpFoldResult offset,
+                OpFoldResult size) {
+  auto type = cast<RankedTensorType>(t.getType());
+  SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, t);
+  SmallVector<OpFoldResult> strides(type.getRank(), b.getIndexAttr(1));
+  offsets[0] = offset;
+  sizes[0] = size;
+  return tensor::ExtractSliceOp::create(b, loc, t, offsets, sizes, strides);
+}
+
+/// `t`'s type with `heads` leading heads.
+RankedTensorType withHeads(Type t, OpFoldResult heads) {
+  auto type = cast<RankedTensorType>(t);
+  SmallVector<int64_t> shape(type.getShape());
+  std::optional<int64_t> h = getConstantIntValue(heads);
+  shape[0] = h ? *h : ShapedType::kDynamic;
+  return type.clone(shape);
+}
+
+} // namespace
+
+FailureOr<TilingResult>
+AttentionOp::getTiledImplementation(OpBuilder &b,
+                                    ArrayRef<OpFoldResult> offsets,
+                                    ArrayRef<OpFoldResult> sizes) {
+  if (!hasHeadDim() || offsets.size() != 1 || sizes.size() != 1)
+    return emitOpError("tiles only along its leading KV-head dimension");
+  Location loc = getLoc();
+  SmallVector<Operation *> slices;
+  auto slice = [&](Value t) -> Value {
+    if (!t)
+      return t;
+    Value s = headSlice(b, loc, t, offsets[0], sizes[0]);
+    slices.push_back(s.getDefiningOp());
+    return s;
+  };
+  Value q = slice(getQuery()), k = slice(getKey()), v = slice(getValue()),
+        bias = slice(getBias());
+  auto tiled =
+      AttentionOp::create(b, loc,
+                          TypeRange{withHeads(getOutput().getType(), sizes[0]),
+                                    withHeads(getLse().getType(), sizes[0])},
+                          q, k, v, getScale(), bias, getVTransposedAttr());
+  IRMapping map;
+  getModifier().cloneInto(&tiled.getModifier(), map);
+  return TilingResult{{tiled}, SmallVector<Value>(tiled->getResults()), slices};
+}
+
+LogicalResult AttentionOp::getResultTilePosition(
+    OpBuilder &b, unsigned resultNumber, ArrayRef<OpFoldResult> offsets,
+    ArrayRef<OpFoldResult> sizes, SmallVector<OpFoldResult> &resultOffsets,
+    SmallVector<OpFoldResult> &resultSizes) {
+  if (!hasHeadDim() || offsets.size() != 1)
+    return failure();
+  Value result = getResult(resultNumber);
+  resultSizes = tensor::getMixedSizes(b, getLoc(), result);
+  resultOffsets.assign(resultSizes.size(), b.getIndexAttr(0));
+  resultOffsets[0] = offsets[0];
+  resultSizes[0] = sizes[0];
+  return success();
+}
+
+FailureOr<TilingResult>
+AttentionOp::generateResultTileValue(OpBuilder &b, unsigned resultNumber,
+                                     ArrayRef<OpFoldResult> offsets,
+                                     ArrayRef<OpFoldResult> sizes) {
+  // A tile of the result is a tile of heads only when it spans every other
+  // dimension: the rows of one head are not independent of their offset
+  // (the modifier's query index), so a partial head is not this op's tile.
+  if (!hasHeadDim())
+    return failure();
+  for (OpFoldResult o : ArrayRef(offsets).drop_front())
+    if (!isConstantIntValue(o, 0))
+      return failure();
+  (void)resultNumber;
+  return getTiledImplementation(b, offsets.take_front(), sizes.take_front());
 }
 
 } // namespace attnkit::compiled

@@ -101,7 +101,27 @@ public:
 
   Status AppendKv(const KvAppendArgs &a) override;
 
+  Status SupportsBlock(const AttentionBlockProblem &p) const override {
+    ATTNKIT_RETURN_IF_ERROR(p.Validate());
+    ATTNKIT_RETURN_IF_ERROR(Supports(p.attention));
+    return blockSpecFor(p).status();
+  }
+
+  Status AttentionBlock(const AttentionBlockProblem &p,
+                        const AttentionBlockArgs &args) override;
+
 private:
+  /// One call of the block kernel: sequence b's tokens, KV heads [h0, h1).
+  struct BlockItem {
+    int64_t b, h0, h1;
+    /// -1: writes `out` itself; else the partial Y slot it sums into out
+    /// (output projection split over head bands: Megatron's row-parallel
+    /// Wo, whose partial sums are all-reduced).
+    int64_t partial = -1;
+  };
+  void runBlockItem(const AttentionBlockProblem &p, const AttentionBlockArgs &a,
+                    BlockFn fn, const BlockItem &w);
+
   /// What every work item of one call shares.
   struct Call {
     const AttentionProblem &p;
@@ -139,6 +159,10 @@ private:
   // shape has been seen.
   std::vector<WorkItem> items_;
   std::vector<int64_t> merges_; // the first split item of each split group
+  std::vector<BlockItem> blockItems_;
+  /// Partial Y rows of head bands past the first (output projection only).
+  std::vector<float> blockPartials_;
+  std::vector<std::pair<BlockSpec, const CompiledKernel *>> blockKernels_;
 };
 
 template <int N>
@@ -295,6 +319,118 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
       static_cast<int64_t>(items_.size()), threads,
       [&](int64_t it, int thread) { runItem(call, items_[it], thread); });
   mergeSplits(call, threads);
+  return Status::Ok();
+}
+
+void CompiledBackend::runBlockItem(const AttentionBlockProblem &p,
+                                   const AttentionBlockArgs &a, BlockFn fn,
+                                   const BlockItem &w) {
+  const AttentionProblem &at = p.attention;
+  const int64_t g = at.group_size(), d = at.head_dim, hidden = p.hidden;
+  const int64_t n = w.h1 - w.h0, ql = at.q_lens[w.b];
+  const int64_t qCols = w.h0 * g * d, kvCols = w.h0 * d;
+  auto x = desc<2>(a.x.data, w.b * a.x.strides[0], {ql, hidden},
+                   {a.x.strides[2], 1});
+  auto weight = [&](const TensorView &t, int64_t col, int64_t cols) {
+    return desc<2>(t.data, col, {hidden, cols}, {t.strides[2], 1});
+  };
+  auto wq = weight(a.wq, qCols, n * g * d), wk = weight(a.wk, kvCols, n * d),
+       wv = weight(a.wv, kvCols, n * d);
+  auto bias = [&](const TensorView &t, int64_t col, int64_t cols) {
+    return p.qkv_bias ? desc<1>(t.data, col, {cols}, {1})
+                      : desc<1>(a.out.data, 0, {0}, {1});
+  };
+  auto bq = bias(a.bq, qCols, n * g * d), bk = bias(a.bk, kvCols, n * d),
+       bv = bias(a.bv, kvCols, n * d);
+  auto wo = p.output_projection
+                ? desc<2>(a.wo.data, qCols * a.wo.strides[2],
+                          {n * g * d, hidden}, {a.wo.strides[2], 1})
+                : desc<2>(a.out.data, 0, {0, hidden}, {hidden, 1});
+  auto cache = [&](const TensorView &c, bool transposed) {
+    const int64_t base = w.b * c.strides[0] + w.h0 * c.strides[1];
+    return transposed ? desc<3>(c.data, base, {n, d, c.shape[2]},
+                                {c.strides[1], c.strides[3], 1})
+                      : desc<3>(c.data, base, {n, c.shape[2], d},
+                                {c.strides[1], c.strides[2], 1});
+  };
+  auto kc = cache(a.k_cache, false);
+  auto vc = cache(a.v_cache, at.layout == KvLayout::kTransposedV);
+  MemRefDesc<2> out;
+  if (!p.output_projection)
+    out = desc<2>(a.out.data, w.b * a.out.strides[0] + qCols, {ql, n * g * d},
+                  {a.out.strides[2], 1});
+  else if (w.partial < 0)
+    out = desc<2>(a.out.data, w.b * a.out.strides[0], {ql, hidden},
+                  {a.out.strides[2], 1});
+  else
+    out = desc<2>(blockPartials_.data(), w.partial * at.max_q_len() * hidden,
+                  {ql, hidden}, {hidden, 1});
+  fn(&x, &wq, &wk, &wv, &bq, &bk, &bv, &wo, &kc, &vc, &out, at.EffectiveScale(),
+     at.kv_lens[w.b] - ql, at.window);
+}
+
+Status CompiledBackend::AttentionBlock(const AttentionBlockProblem &p,
+                                       const AttentionBlockArgs &args) {
+  ATTNKIT_RETURN_IF_ERROR(SupportsBlock(p));
+  ATTNKIT_RETURN_IF_ERROR(ValidateBlockArgs(p, args));
+  const AttentionProblem &at = p.attention;
+  if (args.k_cache.strides[3] != 1 ||
+      (at.layout == KvLayout::kTransposedV ? args.v_cache.strides[2]
+                                           : args.v_cache.strides[3]) != 1)
+    return Status::Unimplemented(
+        "compiled: the block's caches need a unit-stride head_dim (K, V) or "
+        "sequence (transposed V)");
+  const BlockSpec spec = blockSpecFor(p).value();
+  const CompiledKernel *kernel = nullptr;
+  for (const auto &[known, k] : blockKernels_)
+    if (known == spec)
+      kernel = k;
+  if (!kernel) {
+    std::string error;
+    kernel = globalKernelCache().getBlock(spec, error);
+    if (!kernel)
+      return Status::Internal("compiled block kernel " + spec.key() + ": " +
+                              error);
+    blockKernels_.push_back({spec, kernel});
+  }
+  // Work items: a sequence per thread when there are enough; else each
+  // sequence's KV heads in bands, one per thread (tensor parallelism).
+  const int threads = MaxThreads();
+  const int64_t bands =
+      at.batch >= threads ? 1 : std::min<int64_t>(at.kv_heads, threads);
+  blockItems_.clear();
+  int64_t partials = 0;
+  for (int64_t b = 0; b < at.batch; ++b) {
+    if (at.q_lens[b] == 0)
+      continue;
+    for (int64_t band = 0; band < bands; ++band) {
+      BlockItem w{b, at.kv_heads * band / bands,
+                  at.kv_heads * (band + 1) / bands};
+      if (p.output_projection && band > 0)
+        w.partial = partials++;
+      blockItems_.push_back(w);
+    }
+  }
+  const size_t need = static_cast<size_t>(partials * at.max_q_len() * p.hidden);
+  if (blockPartials_.size() < need)
+    blockPartials_.resize(need);
+  const BlockFn fn = kernel->blockFn();
+  ForEachItem(
+      static_cast<int64_t>(blockItems_.size()), threads,
+      [&](int64_t i, int) { runBlockItem(p, args, fn, blockItems_[i]); });
+  // The all-reduce: every band's partial Y added to the first band's rows.
+  for (const BlockItem &w : blockItems_) {
+    if (w.partial < 0)
+      continue;
+    const float *part =
+        blockPartials_.data() + w.partial * at.max_q_len() * p.hidden;
+    for (int64_t i = 0; i < at.q_lens[w.b]; ++i) {
+      float *row = static_cast<float *>(args.out.data) +
+                   w.b * args.out.strides[0] + i * args.out.strides[2];
+      for (int64_t c = 0; c < p.hidden; ++c)
+        row[c] += part[i * p.hidden + c];
+    }
+  }
   return Status::Ok();
 }
 

@@ -201,6 +201,57 @@ TEST(CompiledBackendTest, NoRecompileForNewLengthsAndNoHeapAllocations) {
   EXPECT_EQ(globalKernelCache().compilations(), compiles);
 }
 
+AttentionBlockProblem Block(std::string_view text) {
+  StatusOr<AttentionBlockProblem> p = ParseAttentionBlockProblem(text);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return p.value();
+}
+
+// The compiled attention block (attnkit-split-heads' loop over KV heads)
+// against the f64 oracle through the runner: output, the new cache slots,
+// every other cache byte. GQA prefill past the 16-row and 64-key tiles,
+// decode after a context with bf16 weights, biases and Wo, ragged with an
+// empty sequence in the transposed-V layout, MQA with Wo split over head
+// bands (batch 1: one band per thread, partial Y summed), odd hidden and
+// head_dim. Each case twice (the second call finds its kernel).
+TEST(CompiledBlockTest, MatchesTheOracle) {
+  auto compiled = MakeCompiledBackend();
+  Backend *twice[] = {compiled.get(), compiled.get()};
+  for (const char *text : {
+           "b=1,hq=8,hkv=2,d=32,q=70,kv=70,mask=causal,dtype=f32,layout=bhsd,"
+           "hidden=300,w=f32,qkv_bias=0,wo=0",
+           "b=2,hq=4,hkv=1,d=16,q=1:1,kv=37:9,mask=window:4,dtype=f32,"
+           "layout=bshd,hidden=33,w=bf16,qkv_bias=1,wo=1",
+           "b=3,hq=2,hkv=2,d=5,q=3:0:7,kv=6:4:7,mask=none,dtype=f32,layout=tv,"
+           "hidden=17,w=f32,qkv_bias=1,wo=0",
+           "b=1,hq=6,hkv=3,d=24,q=9,kv=20,mask=causal,dtype=f32,layout=bhsd,"
+           "hidden=70,w=bf16,qkv_bias=0,wo=1",
+           "b=1,hq=4,hkv=4,d=16,q=2,kv=81,mask=none,dtype=f32,layout=tv,"
+           "hidden=48,w=f32,qkv_bias=1,wo=1",
+       }) {
+    SCOPED_TRACE(text);
+    const std::vector<harness::CheckResult> r =
+        harness::testing::ExpectBlockMatchesOracle(twice, Block(text), 23);
+    EXPECT_EQ(r.size(), 2u);
+  }
+}
+
+// What the compiled block does not take is declined by name, not computed
+// wrongly: an additive attention bias.
+TEST(CompiledBlockTest, AnAttentionBiasIsDeclinedByName) {
+  auto compiled = MakeCompiledBackend();
+  const AttentionBlockProblem p =
+      Block("b=1,hq=2,hkv=1,d=8,q=3,kv=3,mask=bias,dtype=f32,layout=bhsd,"
+            "hidden=16,w=f32,qkv_bias=0,wo=0");
+  const Status s = compiled->SupportsBlock(p);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("mask=bias"), std::string::npos) << s.message();
+  StatusOr<AttentionBlockData> d = AttentionBlockData::Create(p);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(compiled->AttentionBlock(p, d.value().args()).code(),
+            StatusCode::kUnimplemented);
+}
+
 // Compiled code allocates through the memref heap functions (the AOT objects
 // link them, the JIT maps them); they reach the one allocation meter, each
 // call counted once.

@@ -125,8 +125,14 @@ public:
   void runOnOperation() override {
     SmallVector<AttentionOp> ops;
     getOperation().walk([&](AttentionOp op) { ops.push_back(op); });
-    for (AttentionOp op : ops)
+    for (AttentionOp op : ops) {
+      if (op.hasHeadDim()) {
+        op.emitOpError("has a KV-head dimension: run attnkit-split-heads "
+                       "first (it tiles the heads into single groups)");
+        return signalPassFailure();
+      }
       Decomposer(op).run();
+    }
   }
 };
 

@@ -512,7 +512,11 @@ public:
       return signalPassFailure();
     }
     SmallVector<AttentionOp> ops;
-    getOperation().walk([&](AttentionOp op) { ops.push_back(op); });
+    // Ops with a KV-head dimension wait for attnkit-split-heads.
+    getOperation().walk([&](AttentionOp op) {
+      if (!op.hasHeadDim())
+        ops.push_back(op);
+    });
     FlashAttentionOptions opts{queryTile, kvTile};
     for (AttentionOp op : ops)
       FlashRewriter(op, opts).rewrite();

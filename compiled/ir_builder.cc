@@ -2,6 +2,7 @@
 
 #include "compiled/attnkit_dialect.h"
 
+#include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -46,6 +47,46 @@ MemRefType stridedMemRef(ArrayRef<int64_t> shape, Type elem) {
       shape, elem, StridedLayoutAttr::get(elem.getContext(), kDyn, strides));
 }
 
+/// The modifier region of `attn`: (i, j, x [, bias]) -> x [+ bias], then
+/// the causal / window mask (-inf). Query i sits at position p0 + i; causal
+/// keeps keys j <= p, a window only those with p - window < j <= p.
+void emitModifier(ImplicitLocOpBuilder &b, AttentionOp attn, MaskKind mask,
+                  Value p0, Value window) {
+  OpBuilder::InsertionGuard guard(b);
+  Block &body = attn.getModifier().emplaceBlock();
+  for (Type t :
+       {Type(b.getIndexType()), Type(b.getIndexType()), Type(b.getF32Type())})
+    body.addArgument(t, b.getLoc());
+  if (attn.getBias())
+    body.addArgument(b.getF32Type(), b.getLoc());
+  b.setInsertionPointToStart(&body);
+  Value i = body.getArgument(0), j = body.getArgument(1);
+  Value x = body.getArgument(2);
+  if (attn.getBias())
+    x = arith::AddFOp::create(b, x, body.getArgument(3));
+  if (mask == MaskKind::kCausal || mask == MaskKind::kWindow) {
+    Value pos = arith::AddIOp::create(b, i, p0);
+    Value keep = arith::CmpIOp::create(b, arith::CmpIPredicate::sle, j, pos);
+    if (mask == MaskKind::kWindow) {
+      Value lo = arith::SubIOp::create(b, pos, window);
+      Value inWin = arith::CmpIOp::create(b, arith::CmpIPredicate::sgt, j, lo);
+      keep = arith::AndIOp::create(b, keep, inWin);
+    }
+    Value ninf = arith::ConstantOp::create(
+        b, b.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
+    x = arith::SelectOp::create(b, keep, x, ninf);
+  }
+  YieldOp::create(b, x);
+}
+
+/// A tensor view of memref `m` (restrict: no other view of it exists).
+Value toTensor(ImplicitLocOpBuilder &b, Value m, bool writable = false) {
+  auto mt = cast<MemRefType>(m.getType());
+  auto tt = RankedTensorType::get(mt.getShape(), mt.getElementType());
+  return bufferization::ToTensorOp::create(b, tt, m, /*restrict=*/true,
+                                           writable);
+}
+
 /// The attention of one spec: its kernel function around one
 /// attnkit.attention whose modifier region holds the spec's bias and mask.
 class AttentionBuilder {
@@ -62,14 +103,7 @@ private:
   };
 
   Kernel declareKernel(ModuleOp module);
-  /// The modifier: + bias, then the causal / window mask (-inf).
-  void emitModifier(Block &body, const Kernel &kn);
-  Value toTensor(Value m) {
-    auto mt = cast<MemRefType>(m.getType());
-    auto tt = RankedTensorType::get(mt.getShape(), mt.getElementType());
-    return bufferization::ToTensorOp::create(b_, tt, m, /*restrict=*/true,
-                                             /*writable=*/false);
-  }
+  Value toTensor(Value m) { return compiled::toTensor(b_, m); }
 
   const KernelSpec &spec_;
   ImplicitLocOpBuilder b_;
@@ -84,13 +118,7 @@ OwningOpRef<ModuleOp> AttentionBuilder::build() {
   auto attn = AttentionOp::create(b_, TypeRange{outTy, lseTy}, kn.q, kn.k, kn.v,
                                   kn.scale, kn.bias,
                                   /*v_transposed=*/spec_.vTransposed);
-  Block &body = attn.getModifier().emplaceBlock();
-  for (Type t : {Type(b_.getIndexType()), Type(b_.getIndexType()),
-                 Type(b_.getF32Type())})
-    body.addArgument(t, b_.getLoc());
-  if (kn.bias)
-    body.addArgument(b_.getF32Type(), b_.getLoc());
-  emitModifier(body, kn);
+  emitModifier(b_, attn, spec_.mask, kn.p0, kn.window);
   b_.setInsertionPointAfter(attn);
   bufferization::MaterializeInDestinationOp::create(
       b_, TypeRange{}, attn.getOutput(), kn.outM, /*restrict=*/true,
@@ -133,31 +161,6 @@ AttentionBuilder::Kernel AttentionBuilder::declareKernel(ModuleOp module) {
   if (spec_.mask == MaskKind::kBias)
     kn.bias = toTensor(entry->getArgument(3));
   return kn;
-}
-
-void AttentionBuilder::emitModifier(Block &body, const Kernel &kn) {
-  OpBuilder::InsertionGuard guard(b_);
-  b_.setInsertionPointToStart(&body);
-  Value i = body.getArgument(0), j = body.getArgument(1);
-  Value x = body.getArgument(2);
-  if (kn.bias)
-    x = arith::AddFOp::create(b_, x, body.getArgument(3));
-  const MaskKind mask = spec_.mask;
-  if (mask == MaskKind::kCausal || mask == MaskKind::kWindow) {
-    // Query i sits at position p0 + i; keys j <= p are kept (causal), and
-    // for a window only those with j > p - window.
-    Value pos = arith::AddIOp::create(b_, i, kn.p0);
-    Value keep = arith::CmpIOp::create(b_, arith::CmpIPredicate::sle, j, pos);
-    if (mask == MaskKind::kWindow) {
-      Value lo = arith::SubIOp::create(b_, pos, kn.window);
-      Value inWin = arith::CmpIOp::create(b_, arith::CmpIPredicate::sgt, j, lo);
-      keep = arith::AndIOp::create(b_, keep, inWin);
-    }
-    Value ninf = arith::ConstantOp::create(
-        b_, b_.getF32FloatAttr(-std::numeric_limits<float>::infinity()));
-    x = arith::SelectOp::create(b_, keep, x, ninf);
-  }
-  YieldOp::create(b_, x);
 }
 
 } // namespace
@@ -247,6 +250,316 @@ OwningOpRef<ModuleOp> buildKvAppend(MLIRContext &ctx, const AppendSpec &spec) {
   }
   func::ReturnOp::create(b);
   return module;
+}
+
+namespace {
+
+/// The attention block of one spec (buildAttentionBlock).
+class BlockBuilder {
+public:
+  BlockBuilder(MLIRContext &ctx, const BlockSpec &spec)
+      : spec_(spec), b_(UnknownLoc::get(&ctx), &ctx) {}
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  struct Args {
+    Value x, wq, wk, wv, bq, bk, bv, wo, kCache, vCache, out, scale, p0, window;
+  };
+  Args declare(ModuleOp module);
+  Value zeros(ArrayRef<OpFoldResult> shape) {
+    Value empty = tensor::EmptyOp::create(b_, shape, b_.getF32Type());
+    Value zero = arith::ConstantOp::create(b_, b_.getF32FloatAttr(0));
+    return linalg::FillOp::create(b_, zero, empty).getResult(0);
+  }
+  /// Q = X · Wq [+ bq] as the seed writes it: a matmul, the expand_shape
+  /// that splits its columns into (heads, G, D), the transpose to
+  /// [n, G, s, D].
+  Value projectQueries(const Args &a);
+  /// The new tokens' K (or V) projected head-major straight into the cache
+  /// slots, then the cache holding them; `transposed` for a [n, D, seq]
+  /// cache.
+  Value projectIntoCache(const Args &a, Value w, Value bias, Value cache,
+                         bool transposed);
+  /// The attention's output [n, G, s, D] into `out`: back to token-major
+  /// rows, or through Wo.
+  void emitOutput(const Args &a, Value o);
+  /// `w` [hidden, n·D] (or [n·G·D, hidden] with `rowsSplit`) seen as heads.
+  Value splitWeight(Value w, ArrayRef<int64_t> perHead, bool rowsSplit);
+
+  const BlockSpec &spec_;
+  ImplicitLocOpBuilder b_;
+  OpFoldResult s_, n_, p0_, hidden_;
+};
+
+BlockBuilder::Args BlockBuilder::declare(ModuleOp module) {
+  b_.setInsertionPointToEnd(module.getBody());
+  const int64_t d = spec_.headDim, h = kDyn; // hidden: a run-time size
+  Type f32 = b_.getF32Type();
+  Type w = spec_.weight == DType::kF32 ? f32 : b_.getBF16Type();
+  Type index = b_.getIndexType();
+  MemRefType xTy = stridedMemRef({kDyn, h}, f32);
+  MemRefType wTy = stridedMemRef({h, kDyn}, w);
+  MemRefType biasTy = stridedMemRef({kDyn}, f32);
+  MemRefType woTy = stridedMemRef({kDyn, h}, w);
+  MemRefType kTy = stridedMemRef({kDyn, kDyn, d}, f32);
+  MemRefType vTy =
+      spec_.vTransposed ? stridedMemRef({kDyn, d, kDyn}, f32) : kTy;
+  MemRefType outTy = stridedMemRef({kDyn, kDyn}, f32);
+  auto fnTy = b_.getFunctionType({xTy, wTy, wTy, wTy, biasTy, biasTy, biasTy,
+                                  woTy, kTy, vTy, outTy, f32, index, index},
+                                 {});
+  auto fn = func::FuncOp::create(b_, kBlockName, fnTy);
+  fn->setAttr(kSpecAttrName, b_.getStringAttr(spec_.key()));
+  Block *entry = fn.addEntryBlock();
+  b_.setInsertionPointToStart(entry);
+  Args a;
+  a.x = toTensor(b_, entry->getArgument(0));
+  a.wq = toTensor(b_, entry->getArgument(1));
+  a.wk = toTensor(b_, entry->getArgument(2));
+  a.wv = toTensor(b_, entry->getArgument(3));
+  if (spec_.qkvBias) {
+    a.bq = toTensor(b_, entry->getArgument(4));
+    a.bk = toTensor(b_, entry->getArgument(5));
+    a.bv = toTensor(b_, entry->getArgument(6));
+  }
+  if (spec_.outputProjection)
+    a.wo = toTensor(b_, entry->getArgument(7));
+  a.kCache = entry->getArgument(8);
+  a.vCache = entry->getArgument(9);
+  a.out = entry->getArgument(10);
+  a.scale = entry->getArgument(11);
+  a.p0 = entry->getArgument(12);
+  a.window = entry->getArgument(13);
+  s_ = memref::DimOp::create(b_, entry->getArgument(0), 0).getResult();
+  n_ = memref::DimOp::create(b_, a.kCache, 0).getResult();
+  hidden_ = memref::DimOp::create(b_, entry->getArgument(0), 1).getResult();
+  p0_ = a.p0;
+  return a;
+}
+
+Value BlockBuilder::splitWeight(Value w, ArrayRef<int64_t> perHead,
+                                bool rowsSplit) {
+  // [hidden, n·perHead] -> [hidden, n, perHead...], or
+  // [n·perHead, hidden] -> [n, perHead..., hidden].
+  SmallVector<int64_t> shape{kDyn};
+  SmallVector<OpFoldResult> sizes{n_};
+  for (int64_t e : perHead) {
+    shape.push_back(e);
+    sizes.push_back(b_.getIndexAttr(e));
+  }
+  ReassociationIndices heads;
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i)
+    heads.push_back(rowsSplit ? i : i + 1);
+  SmallVector<ReassociationIndices> groups;
+  if (rowsSplit) {
+    groups = {heads, {static_cast<int64_t>(shape.size())}};
+    shape.push_back(kDyn);
+    sizes.push_back(hidden_);
+  } else {
+    groups = {{0}, heads};
+    shape.insert(shape.begin(), kDyn);
+    sizes.insert(sizes.begin(), hidden_);
+  }
+  auto type = RankedTensorType::get(
+      shape, cast<RankedTensorType>(w.getType()).getElementType());
+  return tensor::ExpandShapeOp::create(b_, type, w, groups, sizes);
+}
+
+Value BlockBuilder::projectQueries(const Args &a) {
+  const int64_t g = spec_.group, d = spec_.headDim;
+  AffineExpr n;
+  bindSymbols(b_.getContext(), n);
+  OpFoldResult width =
+      affine::makeComposedFoldedAffineApply(b_, b_.getLoc(), n * (g * d), {n_});
+  Value init;
+  if (spec_.qkvBias) {
+    Value empty = tensor::EmptyOp::create(b_, ArrayRef<OpFoldResult>{s_, width},
+                                          b_.getF32Type());
+    init = linalg::BroadcastOp::create(b_, a.bq, empty, ArrayRef<int64_t>{0})
+               .getResult()[0];
+  } else {
+    init = zeros({s_, width});
+  }
+  Value q =
+      linalg::MatmulOp::create(b_, ValueRange{a.x, a.wq}, ValueRange{init})
+          .getResult(0);
+  auto q4Ty = RankedTensorType::get({kDyn, kDyn, g, d}, b_.getF32Type());
+  Value q4 = tensor::ExpandShapeOp::create(
+      b_, q4Ty, q, SmallVector<ReassociationIndices>{{0}, {1, 2, 3}},
+      SmallVector<OpFoldResult>{s_, n_, b_.getIndexAttr(g),
+                                b_.getIndexAttr(d)});
+  Value t = tensor::EmptyOp::create(
+      b_,
+      ArrayRef<OpFoldResult>{n_, b_.getIndexAttr(g), s_, b_.getIndexAttr(d)},
+      b_.getF32Type());
+  return linalg::TransposeOp::create(b_, q4, t, ArrayRef<int64_t>{1, 2, 0, 3})
+      .getResult()[0];
+}
+
+Value BlockBuilder::projectIntoCache(const Args &a, Value w, Value bias,
+                                     Value cacheMem, bool transposed) {
+  const int64_t d = spec_.headDim;
+  MLIRContext *ctx = b_.getContext();
+  Value cache = toTensor(b_, cacheMem, /*writable=*/true);
+  // The new tokens' slots: [n, p0 : p0 + s, D] (or [n, D, p0 : p0 + s]).
+  SmallVector<OpFoldResult> offsets{b_.getIndexAttr(0), p0_,
+                                    b_.getIndexAttr(0)};
+  SmallVector<OpFoldResult> sizes{n_, s_, b_.getIndexAttr(d)};
+  if (transposed) {
+    std::swap(offsets[1], offsets[2]);
+    std::swap(sizes[1], sizes[2]);
+  }
+  SmallVector<OpFoldResult> ones(3, b_.getIndexAttr(1));
+  Value slots = tensor::ExtractSliceOp::create(b_, cache, offsets, sizes, ones);
+  Value init;
+  if (bias) {
+    auto biasTy = RankedTensorType::get({kDyn, d}, b_.getF32Type());
+    Value heads = tensor::ExpandShapeOp::create(
+        b_, biasTy, bias, SmallVector<ReassociationIndices>{{0, 1}},
+        SmallVector<OpFoldResult>{n_, b_.getIndexAttr(d)});
+    init = linalg::BroadcastOp::create(b_, heads, slots,
+                                       ArrayRef<int64_t>{transposed ? 2 : 1})
+               .getResult()[0];
+  } else {
+    Value zero = arith::ConstantOp::create(b_, b_.getF32FloatAttr(0));
+    init = linalg::FillOp::create(b_, zero, slots).getResult(0);
+  }
+  // new[h, t, e] = sum_c X[t, c] W[c, h, e]: loops (h, t, c, e), e innermost
+  // so the weights and the cache row are read and written along unit
+  // stride.
+  Value wHeads = splitWeight(w, {d}, false);
+  AffineExpr h, t, c, e;
+  bindDims(ctx, h, t, c, e);
+  auto map = [&](ArrayRef<AffineExpr> r) {
+    return AffineMap::get(4, 0, r, ctx);
+  };
+  SmallVector<AffineMap> maps{map({t, c}), map({c, h, e}),
+                              transposed ? map({h, e, t}) : map({h, t, e})};
+  using utils::IteratorType;
+  SmallVector<IteratorType> iters{
+      IteratorType::parallel, IteratorType::parallel, IteratorType::reduction,
+      IteratorType::parallel};
+  Value projected =
+      linalg::GenericOp::create(
+          b_, TypeRange{slots.getType()}, ValueRange{a.x, wHeads},
+          ValueRange{init}, maps, iters,
+          [&](OpBuilder &nb, Location loc, ValueRange args) {
+            Value wv = args[1];
+            if (!wv.getType().isF32())
+              wv = arith::ExtFOp::create(nb, loc, nb.getF32Type(), wv);
+            Value prod = arith::MulFOp::create(nb, loc, args[0], wv);
+            linalg::YieldOp::create(
+                nb, loc,
+                ValueRange{arith::AddFOp::create(nb, loc, args[2], prod)});
+          })
+          .getResult(0);
+  return tensor::InsertSliceOp::create(b_, projected, cache, offsets, sizes,
+                                       ones);
+}
+
+void BlockBuilder::emitOutput(const Args &a, Value o) {
+  const int64_t g = spec_.group, d = spec_.headDim;
+  MLIRContext *ctx = b_.getContext();
+  if (!spec_.outputProjection) {
+    // out [s, n·G·D] viewed as [s, n, G, D]; the transpose writes it.
+    auto viewTy =
+        MemRefType::get({kDyn, kDyn, g, d}, b_.getF32Type(),
+                        StridedLayoutAttr::get(ctx, kDyn, {kDyn, g * d, d, 1}));
+    Value view = memref::ExpandShapeOp::create(
+        b_, viewTy, a.out, SmallVector<ReassociationIndices>{{0}, {1, 2, 3}},
+        SmallVector<OpFoldResult>{s_, n_, b_.getIndexAttr(g),
+                                  b_.getIndexAttr(d)});
+    Value empty = tensor::EmptyOp::create(
+        b_,
+        ArrayRef<OpFoldResult>{s_, n_, b_.getIndexAttr(g), b_.getIndexAttr(d)},
+        b_.getF32Type());
+    Value rows =
+        linalg::TransposeOp::create(b_, o, empty, ArrayRef<int64_t>{2, 0, 1, 3})
+            .getResult()[0];
+    bufferization::MaterializeInDestinationOp::create(
+        b_, TypeRange{}, rows, view, /*restrict=*/true, /*writable=*/true);
+    return;
+  }
+  // y[t, c] = sum over (h, G, D) of O[h, G, t, D] · Wo[h, G, D, c]: the
+  // heads are a reduction here (Megatron's row-parallel Wo).
+  Value wo = splitWeight(a.wo, {g, d}, true);
+  AffineExpr t, c, h, gi, e;
+  bindDims(ctx, t, c, h, gi, e);
+  auto map = [&](ArrayRef<AffineExpr> r) {
+    return AffineMap::get(5, 0, r, ctx);
+  };
+  using utils::IteratorType;
+  SmallVector<IteratorType> iters{
+      IteratorType::parallel, IteratorType::parallel, IteratorType::reduction,
+      IteratorType::reduction, IteratorType::reduction};
+  Value init = zeros({s_, hidden_});
+  Value y =
+      linalg::GenericOp::create(
+          b_, TypeRange{init.getType()}, ValueRange{o, wo}, ValueRange{init},
+          SmallVector<AffineMap>{map({h, gi, t, e}), map({h, gi, e, c}),
+                                 map({t, c})},
+          iters,
+          [&](OpBuilder &nb, Location loc, ValueRange args) {
+            Value wv = args[1];
+            if (!wv.getType().isF32())
+              wv = arith::ExtFOp::create(nb, loc, nb.getF32Type(), wv);
+            Value prod = arith::MulFOp::create(nb, loc, args[0], wv);
+            linalg::YieldOp::create(
+                nb, loc,
+                ValueRange{arith::AddFOp::create(nb, loc, args[2], prod)});
+          })
+          .getResult(0);
+  bufferization::MaterializeInDestinationOp::create(
+      b_, TypeRange{}, y, a.out, /*restrict=*/true, /*writable=*/true);
+}
+
+OwningOpRef<ModuleOp> BlockBuilder::build() {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(b_);
+  const Args a = declare(*module);
+  const int64_t g = spec_.group, d = spec_.headDim;
+  Value q = projectQueries(a);
+  Value kCache = projectIntoCache(a, a.wk, a.bk, a.kCache, false);
+  Value vCache = projectIntoCache(a, a.wv, a.bv, a.vCache, spec_.vTransposed);
+  // The attention reads the cache prefix [0, p0 + s): context + new tokens.
+  AffineExpr p, s;
+  bindSymbols(b_.getContext(), p, s);
+  OpFoldResult kvLen =
+      affine::makeComposedFoldedAffineApply(b_, b_.getLoc(), p + s, {p0_, s_});
+  auto prefix = [&](Value cache, bool transposed) -> Value {
+    SmallVector<OpFoldResult> sizes{n_, kvLen, b_.getIndexAttr(d)};
+    if (transposed)
+      std::swap(sizes[1], sizes[2]);
+    SmallVector<OpFoldResult> zero(3, b_.getIndexAttr(0));
+    SmallVector<OpFoldResult> ones(3, b_.getIndexAttr(1));
+    return tensor::ExtractSliceOp::create(b_, cache, zero, sizes, ones);
+  };
+  auto outTy = RankedTensorType::get({kDyn, g, kDyn, d}, b_.getF32Type());
+  auto lseTy = RankedTensorType::get({kDyn, g, kDyn}, b_.getF32Type());
+  auto attn = AttentionOp::create(
+      b_, TypeRange{outTy, lseTy}, q, prefix(kCache, false),
+      prefix(vCache, spec_.vTransposed), a.scale, /*bias=*/Value(),
+      /*v_transposed=*/spec_.vTransposed);
+  emitModifier(b_, attn, spec_.mask, a.p0, a.window);
+  b_.setInsertionPointAfter(attn);
+  emitOutput(a, attn.getOutput());
+  bufferization::MaterializeInDestinationOp::create(
+      b_, TypeRange{}, kCache, a.kCache, /*restrict=*/true, /*writable=*/true);
+  bufferization::MaterializeInDestinationOp::create(
+      b_, TypeRange{}, vCache, a.vCache, /*restrict=*/true, /*writable=*/true);
+  func::ReturnOp::create(b_);
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> buildAttentionBlock(MLIRContext &ctx,
+                                          const BlockSpec &spec) {
+  ctx.loadDialect<AttnkitDialect, affine::AffineDialect, arith::ArithDialect,
+                  bufferization::BufferizationDialect, func::FuncDialect,
+                  linalg::LinalgDialect, memref::MemRefDialect,
+                  tensor::TensorDialect>();
+  return BlockBuilder(ctx, spec).build();
 }
 
 } // namespace attnkit::compiled

@@ -52,6 +52,35 @@ inline constexpr const char *kAppendName = "kv_append";
 mlir::OwningOpRef<mlir::ModuleOp> buildKvAppend(mlir::MLIRContext &ctx,
                                                 const AppendSpec &spec);
 
+/// Name of the attention-block function buildAttentionBlock emits.
+inline constexpr const char *kBlockName = "attention_block";
+
+/// Emits `func.func @attention_block`: seed 000's Megatron-style listing on
+/// tensors for one sequence and a band of n KV heads (n = the caches' first
+/// dimension, a run-time value, so callers may split the heads):
+///   Q = X · Wq [+ bq]                 linalg.matmul    [s, n·G·D]
+///   Q4 = expand_shape Q               tensor.expand_shape [s, n, G, D]
+///   Qt = transpose Q4                 linalg.transpose [n, G, s, D]
+///   K = X · Wk [+ bk] per head        a contraction written head-major
+///                                     straight into the cache slots
+///                                     [n, p0 : p0 + s, D] (V likewise, or
+///                                     [n, D, p0 : p0 + s] transposed)
+///   O = attnkit.attention(Qt, K cache [n, 0 : p0 + s, D], V cache ...)
+///   out = transpose O to [s, n·G·D], or out = O · Wo (a contraction over
+///   heads, G and D).
+/// attnkit-split-heads tiles it over the n heads. Arguments (unit stride
+/// along each last dimension, every other stride a run-time value):
+///   x  memref<s x hidden x f32>   wq, wk, wv memref<hidden x ? x W>
+///   bq, bk, bv memref<? x f32> (read only with qkvBias)
+///   wo memref<? x hidden x W> (rows n·G·D; read only with outputProjection)
+///   (hidden too is a run-time size),
+///   k_cache memref<n x ? x D x f32>, v_cache memref<n x ? x D x f32> (or
+///   memref<n x D x ? x f32> transposed), out memref<s x n·G·D x f32> (or
+///   memref<s x hidden x f32> with outputProjection),
+///   scale f32, p0 index (the first new token's position), window index.
+mlir::OwningOpRef<mlir::ModuleOp> buildAttentionBlock(mlir::MLIRContext &ctx,
+                                                      const BlockSpec &spec);
+
 } // namespace attnkit::compiled
 
 #endif // ATTNKIT_COMPILED_IR_BUILDER_H_

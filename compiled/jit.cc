@@ -303,8 +303,17 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   return kernel;
 }
 
+/// What one kernel is made of besides the attention: how its module is
+/// built, and how it is lowered to the LLVM dialect.
+struct CompiledKernel::Recipe {
+  std::string key;
+  const char *symbol;
+  std::function<mlir::OwningOpRef<mlir::ModuleOp>(mlir::MLIRContext &)> build;
+  std::function<mlir::LogicalResult(mlir::ModuleOp)> lower;
+};
+
 std::unique_ptr<CompiledKernel>
-CompiledKernel::compileAppend(const AppendSpec &spec,
+CompiledKernel::compileRecipe(const Recipe &recipe,
                               const CompileOptions &options, std::string &error,
                               const DiskCache *dump, std::string *object) {
   auto start = std::chrono::steady_clock::now();
@@ -314,7 +323,7 @@ CompiledKernel::compileAppend(const AppendSpec &spec,
   registerCompiledDialects(registry);
   mlir::registerAllToLLVMIRTranslations(registry);
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
-  mlir::OwningOpRef<mlir::ModuleOp> module = buildKvAppend(ctx, spec);
+  mlir::OwningOpRef<mlir::ModuleOp> module = recipe.build(ctx);
   std::string diag;
   {
     llvm::raw_string_ostream os(diag);
@@ -322,17 +331,17 @@ CompiledKernel::compileAppend(const AppendSpec &spec,
       os << d << "\n";
       return mlir::success();
     });
-    if (mlir::failed(lowerAppendToLLVM(*module))) {
-      error = "lowering " + spec.key() + " failed: " + diag;
+    if (mlir::failed(recipe.lower(*module))) {
+      error = "lowering " + recipe.key + " failed: " + diag;
       return nullptr;
     }
   }
   std::unique_ptr<CompiledKernel> kernel(new CompiledKernel());
   kernel->impl_ =
-      jitLowered(*module, kAppendName, options.llvmOptLevel, kernel->entry_,
+      jitLowered(*module, recipe.symbol, options.llvmOptLevel, kernel->entry_,
                  error, kernel->phases_.codegenMillis, dump, object);
   if (!kernel->impl_) {
-    error = spec.key() + ": " + error;
+    error = recipe.key + ": " + error;
     return nullptr;
   }
   kernel->phases_.cpuMillis = threadCpuMillis() - cpuStart;
@@ -340,6 +349,33 @@ CompiledKernel::compileAppend(const AppendSpec &spec,
                                std::chrono::steady_clock::now() - start)
                                .count();
   return kernel;
+}
+
+std::unique_ptr<CompiledKernel>
+CompiledKernel::compileAppend(const AppendSpec &spec,
+                              const CompileOptions &options, std::string &error,
+                              const DiskCache *dump, std::string *object) {
+  return compileRecipe(
+      {spec.key(), kAppendName,
+       [&](mlir::MLIRContext &ctx) { return buildKvAppend(ctx, spec); },
+       lowerAppendToLLVM},
+      options, error, dump, object);
+}
+
+std::unique_ptr<CompiledKernel>
+CompiledKernel::compileBlock(const BlockSpec &spec,
+                             const CompileOptions &options, std::string &error,
+                             const DiskCache *dump, std::string *object) {
+  PipelineOptions pipeline;
+  pipeline.flash.queryTile = spec.queryTile;
+  pipeline.flash.kvTile = options.kvTile;
+  return compileRecipe(
+      {spec.key(), kBlockName,
+       [&](mlir::MLIRContext &ctx) { return buildAttentionBlock(ctx, spec); },
+       [&](mlir::ModuleOp module) {
+         return lowerToStage(module, Stage::kLLVM, pipeline);
+       }},
+      options, error, dump, object);
 }
 
 std::string KernelCache::diskKey(const std::string &specKey) const {
@@ -400,19 +436,41 @@ KernelCache::Entry *KernelCache::entry(const std::string &key) {
   return slot.get(); // stable: entries are never erased
 }
 
-const CompiledKernel *KernelCache::getAppend(const AppendSpec &spec,
-                                             std::string &error) {
-  Entry *e = entry(spec.key());
+const CompiledKernel *KernelCache::getJitOnly(
+    const std::string &key, const char *symbol,
+    const std::function<std::unique_ptr<CompiledKernel>(
+        std::string &, const DiskCache *, std::string *)> &compile,
+    std::string &error) {
+  Entry *e = entry(key);
   std::call_once(e->once, [&] {
-    e->kernel = obtain(spec.key(), kAppendName,
-                       [&](const DiskCache *dump, std::string *object) {
-                         return CompiledKernel::compileAppend(
-                             spec, options_, e->error, dump, object);
-                       });
+    e->kernel =
+        obtain(key, symbol, [&](const DiskCache *dump, std::string *object) {
+          return compile(e->error, dump, object);
+        });
   });
   if (!e->kernel)
     error = e->error;
   return e->kernel.get();
+}
+
+const CompiledKernel *KernelCache::getAppend(const AppendSpec &spec,
+                                             std::string &error) {
+  return getJitOnly(
+      spec.key(), kAppendName,
+      [&](std::string &why, const DiskCache *dump, std::string *object) {
+        return CompiledKernel::compileAppend(spec, options_, why, dump, object);
+      },
+      error);
+}
+
+const CompiledKernel *KernelCache::getBlock(const BlockSpec &spec,
+                                            std::string &error) {
+  return getJitOnly(
+      spec.key(), kBlockName,
+      [&](std::string &why, const DiskCache *dump, std::string *object) {
+        return CompiledKernel::compileBlock(spec, options_, why, dump, object);
+      },
+      error);
 }
 
 const CompiledKernel *KernelCache::get(const KernelSpec &spec,

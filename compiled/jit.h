@@ -41,6 +41,16 @@ using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
 using AppendFn = void (*)(MemRefDesc<4> *cache, MemRefDesc<4> *tokens,
                           int64_t b, int64_t h, int64_t pos, int64_t n);
 
+/// `_mlir_ciface_attention_block`, see buildAttentionBlock: one sequence's
+/// tokens x, the weights (and biases) of a band of KV heads, those heads'
+/// caches and the out rows.
+using BlockFn = void (*)(MemRefDesc<2> *x, MemRefDesc<2> *wq, MemRefDesc<2> *wk,
+                         MemRefDesc<2> *wv, MemRefDesc<1> *bq,
+                         MemRefDesc<1> *bk, MemRefDesc<1> *bv,
+                         MemRefDesc<2> *wo, MemRefDesc<3> *kCache,
+                         MemRefDesc<3> *vCache, MemRefDesc<2> *out, float scale,
+                         int64_t p0, int64_t window);
+
 struct CompileOptions {
   int64_t kvTile = kKvTile;
   /// LLVM IR optimization level of the JIT (0-3).
@@ -74,6 +84,8 @@ public:
   AttentionFn fn() const { return reinterpret_cast<AttentionFn>(entry_); }
   /// The KV-append entry point (kernels from `compileAppend`).
   AppendFn appendFn() const { return reinterpret_cast<AppendFn>(entry_); }
+  /// The attention-block entry point (kernels from `compileBlock`).
+  BlockFn blockFn() const { return reinterpret_cast<BlockFn>(entry_); }
   double compileMillis() const { return compileMillis_; }
   const CompilePhases &phases() const { return phases_; }
   /// Compiled ahead of time (linked in), not by the JIT.
@@ -93,6 +105,10 @@ public:
   compileAppend(const AppendSpec &spec, const CompileOptions &options,
                 std::string &error, const DiskCache *dump = nullptr,
                 std::string *object = nullptr);
+  static std::unique_ptr<CompiledKernel>
+  compileBlock(const BlockSpec &spec, const CompileOptions &options,
+               std::string &error, const DiskCache *dump = nullptr,
+               std::string *object = nullptr);
   /// Links object code from the on-disk cache into a fresh JIT and looks up
   /// `_mlir_ciface_<symbol>`. Null with `error` when it does not link.
   static std::unique_ptr<CompiledKernel>
@@ -103,6 +119,11 @@ public:
 private:
   friend class KernelCache; // wraps AOT entry points
   CompiledKernel() = default;
+  /// A module's build and lowering (jit.cc): the append's and the block's.
+  struct Recipe;
+  static std::unique_ptr<CompiledKernel>
+  compileRecipe(const Recipe &recipe, const CompileOptions &options,
+                std::string &error, const DiskCache *dump, std::string *object);
   static std::unique_ptr<Impl>
   jitLowered(mlir::ModuleOp module, const std::string &symbol,
              unsigned optLevel, void *&entry, std::string &error,
@@ -126,6 +147,8 @@ public:
   const CompiledKernel *get(const KernelSpec &spec, std::string &error);
   /// The KV-append kernel of `spec` (same cache, same once-per-key rule).
   const CompiledKernel *getAppend(const AppendSpec &spec, std::string &error);
+  /// The attention-block kernel of `spec` (same cache, same rule).
+  const CompiledKernel *getBlock(const BlockSpec &spec, std::string &error);
   /// JIT compilations (AOT kernels and kernels loaded from disk do not
   /// count).
   int64_t compilations() const { return compilations_.load(); }
@@ -153,6 +176,12 @@ private:
     std::string error;
   };
   Entry *entry(const std::string &key);
+  /// A kernel only the JIT makes (no AOT variant), compiled once per key.
+  const CompiledKernel *
+  getJitOnly(const std::string &key, const char *symbol,
+             const std::function<std::unique_ptr<CompiledKernel>(
+                 std::string &, const DiskCache *, std::string *)> &compile,
+             std::string &error);
   CompileOptions options_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;

@@ -5,8 +5,10 @@
 #ifndef ATTNKIT_COMPILED_KERNEL_SPEC_H_
 #define ATTNKIT_COMPILED_KERNEL_SPEC_H_
 
+#include "runtime/attention_block.h"
 #include "runtime/dtype.h"
 #include "runtime/problem.h"
+#include "runtime/status.h"
 
 #include <cstdint>
 #include <string>
@@ -92,6 +94,66 @@ struct AppendSpec {
   }
   bool operator==(const AppendSpec &) const = default;
 };
+
+/// The specialization of one compiled attention block (seed 000's
+/// Megatron-style listing, see buildAttentionBlock): X f32, the weights in
+/// `weight`, the KV cache f32. The number of KV heads (the band of heads one
+/// call covers), the hidden size, the sequence lengths and every stride are
+/// run-time values.
+struct BlockSpec {
+  int64_t headDim = 64;
+  int64_t group = 1;
+  DType weight = DType::kF32;
+  MaskKind mask = MaskKind::kNone; // none, causal or window
+  bool vTransposed = false;
+  bool qkvBias = false;
+  bool outputProjection = false;
+  /// The flash rewrite's query tile inside the head loop (as KernelSpec's).
+  int64_t queryTile = kPrefillQueryTile;
+
+  std::string key() const {
+    std::string k = "block_d";
+    k += std::to_string(headDim);
+    k += "_g";
+    k += std::to_string(group);
+    k += "_w";
+    k += DTypeName(weight);
+    k += '_';
+    k += MaskKindName(mask);
+    k += vTransposed ? "_vt" : "_v";
+    k += qkvBias ? "_bias" : "";
+    k += outputProjection ? "_wo" : "";
+    if (queryTile != kPrefillQueryTile) {
+      k += "_q";
+      k += std::to_string(queryTile);
+    }
+    return k;
+  }
+  bool operator==(const BlockSpec &) const = default;
+};
+
+/// The block kernel a (validated) block problem needs, or Unimplemented for
+/// what the compiled block does not take (an additive attention bias).
+inline StatusOr<BlockSpec> blockSpecFor(const AttentionBlockProblem &p) {
+  const AttentionProblem &a = p.attention;
+  if (a.mask == MaskKind::kBias)
+    return Status::Unimplemented(
+        "compiled: the attention block takes no additive attention bias "
+        "(mask=bias)");
+  BlockSpec s;
+  s.headDim = a.head_dim;
+  s.group = a.group_size();
+  s.weight = p.weight_dtype;
+  s.mask = a.mask;
+  s.vTransposed = a.layout == KvLayout::kTransposedV;
+  s.qkvBias = p.qkv_bias;
+  s.outputProjection = p.output_projection;
+  int64_t maxQ = 0;
+  for (int64_t q : a.q_lens)
+    maxQ = q > maxQ ? q : maxQ;
+  s.queryTile = queryTileFor(maxQ);
+  return s;
+}
 
 } // namespace attnkit::compiled
 

@@ -100,6 +100,14 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
                            const PipelineOptions &options) {
   if (stage == Stage::kAttention)
     return success();
+  // A block's attention has a KV-head dimension: first the loop over heads,
+  // each holding its single-group attention (a no-op for an attention).
+  if (failed(runPipeline(module,
+                         {{.create = createSplitHeads, .onFunctions = true}},
+                         options)))
+    return failure();
+  if (stage == Stage::kHeads)
+    return success();
   if (stage == Stage::kNaive)
     return runPipeline(
         module, {{.create = createDecomposeAttention, .onFunctions = true}},

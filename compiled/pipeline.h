@@ -14,13 +14,16 @@
 
 namespace attnkit::compiled {
 
-enum class Stage { kAttention, kNaive, kFused, kVectorized, kLLVM };
+enum class Stage { kAttention, kHeads, kNaive, kFused, kVectorized, kLLVM };
 
 /// The stages by name, as `attnkit-compile --emit=` spells them: the
-/// attnkit.attention op as built, its naive Linalg chain, its flash form, the
+/// attnkit.attention op as built, an attention block's loop over KV heads
+/// (attnkit-split-heads; an attention alone has none), its naive Linalg
+/// chain, its flash form, the
 /// bufferized loop/vector code, the LLVM dialect.
 inline constexpr auto kStageNames = MakeEnumTable<Stage>({
     {Stage::kAttention, "attention"},
+    {Stage::kHeads, "heads"},
     {Stage::kNaive, "naive"},
     {Stage::kFused, "fused"},
     {Stage::kVectorized, "vectorized"},
@@ -34,7 +37,8 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 };
 
-/// Lowers `module` (as built by buildAttention) to `stage`.
+/// Lowers `module` (as built by buildAttention or buildAttentionBlock) to
+/// `stage`.
 mlir::LogicalResult lowerToStage(mlir::ModuleOp module, Stage stage,
                                  const PipelineOptions &options = {});
 

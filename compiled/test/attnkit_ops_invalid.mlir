@@ -3,7 +3,7 @@
 
 func.func @bad_rank(%q: tensor<?x16xf32>, %k: tensor<?x16xf32>,
                     %v: tensor<?x16xf32>, %s: f32) {
-  // expected-error @+1 {{expects q of rank 3 (G x M x D), k and v of rank 2; got ranks 2, 2, 2}}
+  // expected-error @+1 {{expects q of rank 3 (G x M x D) with k and v of rank 2, or q of rank 4 (H x G x M x D) with k and v of rank 3; got ranks 2, 2, 2}}
   %o, %l = attnkit.attention q(%q : tensor<?x16xf32>) k(%k : tensor<?x16xf32>)
       v(%v : tensor<?x16xf32>) scale(%s) -> tensor<2x?x16xf32>, tensor<2x?xf32> {
   ^bb0(%i: index, %j: index, %x: f32):
@@ -91,4 +91,19 @@ func.func @unknown_attribute(%x: f32) -> f32 {
   // expected-error @+1 {{unknown attnkit attribute 'attnkit.flash.qk'}}
   %y = arith.addf %x, %x {attnkit.flash.qk} : f32
   return %y : f32
+}
+
+// -----
+
+// With a KV-head dimension every operand and result leads with q's heads.
+func.func @heads_disagree(%q: tensor<2x2x?x16xf32>, %k: tensor<3x?x16xf32>,
+                          %v: tensor<3x?x16xf32>, %s: f32) {
+  // expected-error @+1 {{expects every operand and result to lead with q's 2 KV heads}}
+  %o, %l = attnkit.attention q(%q : tensor<2x2x?x16xf32>)
+      k(%k : tensor<3x?x16xf32>) v(%v : tensor<3x?x16xf32>) scale(%s)
+      -> tensor<2x2x?x16xf32>, tensor<2x2x?xf32> {
+  ^bb0(%i: index, %j: index, %x: f32):
+    attnkit.yield %x : f32
+  }
+  return
 }

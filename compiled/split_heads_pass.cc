@@ -1,0 +1,200 @@
+//===- split_heads_pass.cc - Megatron-style tiling of the block -----------===//
+//
+// `attnkit-split-heads` (Passes.td has the documentation and an example):
+// the attention block's loop over KV heads, built by upstream's tile-and-fuse
+// driver from the consumer of a headed attnkit.attention, then each head's
+// attention rewritten to the single-group form the flash rewrite takes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiled/attnkit_dialect.h"
+#include "compiled/passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tensor/Transforms/Transforms.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+#include "mlir/Transforms/RegionUtils.h"
+
+using namespace mlir;
+
+namespace attnkit::compiled {
+
+#define GEN_PASS_DEF_SPLITHEADS
+#include "compiled/Passes.h.inc"
+
+namespace {
+
+/// The loop of `consumer` that walks the heads of `operand` (its leading
+/// dimension), or -1 when the operand's map does not give one.
+int64_t headLoopOf(linalg::LinalgOp consumer, OpOperand &operand) {
+  AffineMap map = consumer.getMatchingIndexingMap(&operand);
+  auto dim = dyn_cast<AffineDimExpr>(map.getResult(0));
+  return dim ? static_cast<int64_t>(dim.getPosition()) : -1;
+}
+
+scf::SCFTileAndFuseOptions headTilingOptions(MLIRContext *ctx,
+                                             ArrayRef<OpFoldResult> tiles) {
+  scf::SCFTilingOptions tiling;
+  tiling.setTileSizes(tiles);
+  tiling.setLoopType(scf::SCFTilingOptions::LoopType::ForOp);
+  scf::SCFTileAndFuseOptions options;
+  options.setTilingOptions(tiling);
+  // The seed's "fix fusion for reduction tiling": when the head loop is a
+  // reduction (the output projection sums over heads), the consumer's
+  // destination slice comes from the loop's iter_arg; fusing its producer
+  // (the zero fill) would reset the accumulator in every iteration.
+  options.setFusionControlFn(
+      [](tensor::ExtractSliceOp slice, OpResult, bool isDestination)
+          -> std::optional<scf::SCFTileAndFuseOptions::ControlFnResult> {
+        if (isDestination && isa<BlockArgument>(slice.getSource()))
+          return std::nullopt;
+        return scf::SCFTileAndFuseOptions::ControlFnResult{};
+      });
+  // The seed's "fusion across expand_shape": a head's slice of the
+  // projection's [tokens, heads x G x D] result passes the expand_shape
+  // that splits the columns (bubbled up as a cleanup of the fusion), so
+  // the matmul itself is fused on its head's columns of the weights.
+  RewritePatternSet cleanup(ctx);
+  tensor::populateBubbleUpExtractSliceOpPatterns(cleanup);
+  tensor::populateMergeConsecutiveInsertExtractSlicePatterns(cleanup);
+  options.cleanupPatterns = FrozenRewritePatternSet(std::move(cleanup));
+  return options;
+}
+
+/// Erases every op of `fn` left without uses and without side effects (the
+/// untiled producers after fusion), innermost and last first.
+void eraseDeadOps(func::FuncOp fn, RewriterBase &rewriter) {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    SmallVector<Operation *> dead;
+    fn.walk([&](Operation *op) {
+      if (op != fn && isOpTriviallyDead(op))
+        dead.push_back(op);
+    });
+    // Users come after their operands' producers: erase from the back.
+    for (Operation *op : llvm::reverse(dead)) {
+      rewriter.eraseOp(op);
+      changed = true;
+    }
+  }
+}
+
+/// Drops the leading unit dimension of `t` (a tensor.collapse_shape).
+Value dropHead(OpBuilder &b, Location loc, Value t) {
+  if (!t)
+    return t;
+  auto type = cast<RankedTensorType>(t.getType());
+  SmallVector<ReassociationIndices> groups{{0, 1}};
+  for (int64_t i = 2; i < type.getRank(); ++i)
+    groups.push_back({i});
+  return tensor::CollapseShapeOp::create(b, loc, t, groups);
+}
+
+/// One head's attention (H = 1) as the single-group op, its results
+/// expanded back to one head.
+void toSingleGroup(AttentionOp op, RewriterBase &rewriter) {
+  rewriter.setInsertionPoint(op);
+  Location loc = op.getLoc();
+  auto dropType = [](Type t) {
+    auto type = cast<RankedTensorType>(t);
+    return type.clone(type.getShape().drop_front());
+  };
+  auto single = AttentionOp::create(
+      rewriter, loc,
+      TypeRange{dropType(op.getOutput().getType()),
+                dropType(op.getLse().getType())},
+      dropHead(rewriter, loc, op.getQuery()),
+      dropHead(rewriter, loc, op.getKey()),
+      dropHead(rewriter, loc, op.getValue()), op.getScale(),
+      dropHead(rewriter, loc, op.getBias()), op.getVTransposedAttr());
+  IRMapping map;
+  op.getModifier().cloneInto(&single.getModifier(), map);
+  SmallVector<Value> results;
+  for (auto [mine, theirs] :
+       llvm::zip(single->getResults(), op->getResults())) {
+    auto type = cast<RankedTensorType>(theirs.getType());
+    SmallVector<ReassociationIndices> groups{{0, 1}};
+    for (int64_t i = 2; i < type.getRank(); ++i)
+      groups.push_back({i});
+    results.push_back(
+        tensor::ExpandShapeOp::create(rewriter, loc, type, mine, groups));
+  }
+  rewriter.replaceOp(op, results);
+}
+
+class SplitHeadsPass : public impl::SplitHeadsBase<SplitHeadsPass> {
+public:
+  void runOnOperation() override {
+    func::FuncOp fn = getOperation();
+    SmallVector<AttentionOp> headed;
+    fn.walk([&](AttentionOp op) {
+      if (op.hasHeadDim())
+        headed.push_back(op);
+    });
+    IRRewriter rewriter(&getContext());
+    for (AttentionOp op : headed)
+      if (failed(splitHeads(op, rewriter)))
+        return signalPassFailure();
+    // The loop's sizes still ask the untiled ops for their dims: answer
+    // from their operands, so the untiled producers die.
+    RewritePatternSet dims(&getContext());
+    memref::populateResolveRankedShapedTypeResultDimsPatterns(dims);
+    memref::populateResolveShapedTypeResultDimsPatterns(dims);
+    tensor::DimOp::getCanonicalizationPatterns(dims, &getContext());
+    // A head's slice of an untiled tensor.empty (the Q projection's and its
+    // transpose's destinations) becomes an empty of one head: nothing of
+    // all heads' size is left to allocate.
+    tensor::populateFoldTensorEmptyPatterns(dims);
+    if (failed(applyPatternsGreedily(fn, std::move(dims))))
+      return signalPassFailure();
+    eraseDeadOps(fn, rewriter);
+    SmallVector<AttentionOp> tiles;
+    fn.walk([&](AttentionOp op) {
+      if (op.hasHeadDim() && op.getQuery().getType().getDimSize(0) == 1)
+        tiles.push_back(op);
+    });
+    for (AttentionOp op : tiles)
+      toSingleGroup(op, rewriter);
+  }
+
+private:
+  LogicalResult splitHeads(AttentionOp op, RewriterBase &rewriter) {
+    if (!op.getLse().use_empty() || !op.getOutput().hasOneUse())
+      return op.emitOpError("expects its output to have exactly one consumer "
+                            "and its lse none (the block's form)");
+    OpOperand &use = *op.getOutput().getUses().begin();
+    auto consumer = dyn_cast<linalg::LinalgOp>(use.getOwner());
+    int64_t loop = consumer ? headLoopOf(consumer, use) : -1;
+    if (loop < 0)
+      return op.emitOpError("expects a linalg consumer whose indexing map "
+                            "walks the output's heads with one loop");
+    SmallVector<OpFoldResult> tiles(consumer.getNumLoops(),
+                                    rewriter.getIndexAttr(0));
+    tiles[loop] = rewriter.getIndexAttr(1);
+    rewriter.setInsertionPoint(consumer);
+    FailureOr<scf::SCFTileAndFuseResult> result =
+        scf::tileConsumerAndFuseProducersUsingSCF(
+            rewriter, cast<TilingInterface>(consumer.getOperation()),
+            headTilingOptions(&getContext(), tiles));
+    if (failed(result) || result->loops.size() != 1)
+      return consumer->emitOpError("could not be tiled over the heads");
+    setFlashRole(result->loops.front().getOperation(), FlashRole::HeadLoop);
+    for (OpResult r : consumer->getResults())
+      rewriter.replaceAllUsesWith(r, result->replacements.lookup(r));
+    rewriter.eraseOp(consumer);
+    return success();
+  }
+};
+
+} // namespace
+
+} // namespace attnkit::compiled
