@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/Transforms.h"
 #include "mlir/Dialect/MemRef/Transforms/Transforms.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/SCF/Transforms/TileUsingInterface.h"
@@ -131,6 +132,49 @@ void toSingleGroup(AttentionOp op, RewriterBase &rewriter) {
   rewriter.replaceOp(op, results);
 }
 
+/// The block's contractions (the projections, sliced or not, and Wo) as
+/// generics whose innermost loop walks their output's last dimension: the
+/// unit-stride dimension of the output and of the weights, a parallel loop
+/// LLVM vectorizes (a named matmul's innermost loop is its reduction, which
+/// reads the weights with a stride). Multiplies and adds may contract into
+/// FMAs.
+LogicalResult orderForUnitStride(func::FuncOp fn, RewriterBase &rewriter) {
+  SmallVector<linalg::LinalgOp> contractions;
+  fn.walk([&](linalg::LinalgOp op) {
+    if (op.getNumReductionLoops() > 0 && op.getNumDpsInits() == 1)
+      contractions.push_back(op);
+  });
+  for (linalg::LinalgOp op : contractions) {
+    rewriter.setInsertionPoint(op);
+    linalg::GenericOp generic = dyn_cast<linalg::GenericOp>(op.getOperation());
+    if (!generic) {
+      FailureOr<linalg::GenericOp> g = linalg::generalizeNamedOp(rewriter, op);
+      if (failed(g))
+        return op->emitOpError("could not be generalized");
+      generic = *g;
+    }
+    AffineMap out = generic.getIndexingMapMatchingResult(generic->getResult(0));
+    auto last = dyn_cast<AffineDimExpr>(out.getResults().back());
+    if (!last)
+      continue;
+    SmallVector<unsigned> order;
+    for (unsigned i = 0; i < generic.getNumLoops(); ++i)
+      if (i != last.getPosition())
+        order.push_back(i);
+    order.push_back(last.getPosition());
+    if (failed(linalg::interchangeGenericOp(rewriter, generic, order)))
+      return generic->emitOpError("could not be interchanged");
+    generic.getBody()->walk([&](Operation *arith) {
+      if (auto fm = dyn_cast<arith::ArithFastMathInterface>(arith))
+        arith->setAttr(
+            fm.getFastMathAttrName(),
+            arith::FastMathFlagsAttr::get(arith->getContext(),
+                                          arith::FastMathFlags::contract));
+    });
+  }
+  return success();
+}
+
 class SplitHeadsPass : public impl::SplitHeadsBase<SplitHeadsPass> {
 public:
   void runOnOperation() override {
@@ -164,6 +208,8 @@ public:
     });
     for (AttentionOp op : tiles)
       toSingleGroup(op, rewriter);
+    if (!headed.empty() && failed(orderForUnitStride(fn, rewriter)))
+      return signalPassFailure();
   }
 
 private:

@@ -1,6 +1,8 @@
 // attnkit-split-heads: the attention block tiled over its KV heads by
 // upstream's tile-and-fuse, the Q projection (matmul, expand_shape,
-// transpose) fused into the head loop on its head's columns of Wq.
+// transpose) fused into the head loop on its head's columns of Wq; then
+// every contraction generalized with its output's unit-stride dimension as
+// the innermost loop (rows x reduction x columns for the matmul).
 // RUN: attnkit-opt %s --split-input-file --attnkit-split-heads --verify-diagnostics | FileCheck %s
 
 // 2 KV heads x 2 query heads x D 16, hidden 64; out = the heads back as rows.
@@ -10,7 +12,9 @@
 // CHECK: scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
 // CHECK: %[[COL:.*]] = affine.linearize_index disjoint [%[[H]], %{{.*}}, %{{.*}}] by (2, 2, 16)
 // CHECK: %[[WQ:.*]] = tensor.extract_slice %arg1[0, %[[COL]]] [64, 32] [1, 1] : tensor<64x64xf32> to tensor<64x32xf32>
-// CHECK: linalg.matmul ins(%{{.*}}, %[[WQ]] : tensor<?x64xf32>, tensor<64x32xf32>) {{.*}} -> tensor<?x32xf32>
+// CHECK: linalg.generic {indexing_maps = [#[[X:.*]], #[[W:.*]], #[[Q:.*]]], iterator_types = ["parallel", "reduction", "parallel"]} ins(%{{.*}}, %[[WQ]] : tensor<?x64xf32>, tensor<64x32xf32>)
+// CHECK: arith.mulf {{.*}} fastmath<contract>
+// CHECK: } -> tensor<?x32xf32>
 // CHECK: tensor.expand_shape {{.*}} into tensor<?x1x2x16xf32>
 // CHECK: linalg.transpose
 // CHECK: tensor.extract_slice %arg2[%[[H]], 0, 0] [1, %{{.*}}, 16]
@@ -56,11 +60,12 @@ func.func @block(%x: tensor<?x64xf32>, %wq: tensor<64x64xf32>,
 // CHECK-LABEL: func.func @block_wo
 // CHECK: %[[Y0:.*]] = linalg.fill ins(%{{.*}} : f32) outs(%{{.*}} : tensor<?x64xf32>)
 // CHECK: scf.for %[[H:.*]] = {{.*}} iter_args(%[[Y:.*]] = %[[Y0]]) -> (tensor<?x64xf32>)
-// CHECK: linalg.matmul {{.*}} -> tensor<?x32xf32>
+// CHECK: linalg.generic
+// CHECK: } -> tensor<?x32xf32>
 // CHECK: attnkit.attention q(%{{.*}} : tensor<2x?x16xf32>)
 // CHECK: tensor.extract_slice %arg4[%{{.*}}, %{{.*}}] [32, 64]
 // CHECK: %[[YS:.*]] = tensor.extract_slice %[[Y]]
-// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction", "reduction", "reduction"]} {{.*}} outs(%[[YS]] : tensor<?x64xf32>)
+// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "reduction", "reduction", "reduction", "parallel"]} {{.*}} outs(%[[YS]] : tensor<?x64xf32>)
 // CHECK: } {attnkit.flash_role = #attnkit.flash_role<head_loop>}
 #o = affine_map<(t, c, h, g, e) -> (h, g, t, e)>
 #w = affine_map<(t, c, h, g, e) -> (h, g, e, c)>
