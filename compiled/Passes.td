@@ -149,7 +149,8 @@ def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
     After:  memref.alloca tiles; scf.for { <pack Q^T>; scf.for { vector.fma
             blocks; online softmax on vectors; P.V } <out = acc / l> }
     A loop without the role, or whose modifier cannot be re-emitted on
-    vectors, is left alone (the linalg path lowers it).
+    vectors, is left alone (the linalg path lowers it; the roles of its
+    loops and tile ops are dropped).
   }];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",

@@ -236,6 +236,49 @@ TEST(CompiledBlockTest, MatchesTheOracle) {
   }
 }
 
+// Decode with the compiled block: one new token per sequence, projected
+// straight into its cache slot by the kernel specialized on one token,
+// whose every intermediate is statically shaped and on the stack. Once its
+// kernel is compiled, a step allocates nothing (heap or compiled-code
+// allocations, which reach the same meter) and copies nothing; lengths
+// that grow each step never recompile.
+TEST(CompiledBlockTest, DecodeStepsAllocateAndCopyNothing) {
+  ASSERT_TRUE(accounting::AllocHooksInstalled());
+  auto compiled = MakeCompiledBackend();
+  AttentionBlockProblem last =
+      Block("b=2,hq=8,hkv=2,d=64,q=1:1,kv=48:40,mask=causal,dtype=f32,"
+            "layout=bhsd,hidden=256,w=bf16,qkv_bias=1,wo=1");
+  StatusOr<AttentionBlockData> d = AttentionBlockData::Create(last);
+  ASSERT_TRUE(d.ok());
+  Rng rng(5);
+  d.value().Fill(last, rng);
+  const AttentionBlockArgs &a = d.value().args();
+  ASSERT_TRUE(compiled->AttentionBlock(last, a).ok()); // compiles
+  const int64_t compiles = globalKernelCache().compilations();
+  for (int64_t step = 8; step >= 0; --step) {
+    AttentionBlockProblem p = last;
+    p.attention.kv_lens = {48 - step, 40 - step};
+    accounting::Meter meter;
+    ASSERT_TRUE(compiled->AttentionBlock(p, a).ok());
+    const accounting::Counts c = meter.Read();
+    EXPECT_EQ(c.allocs, 0) << "step " << step;
+    EXPECT_EQ(c.bytes_copied, 0) << "step " << step;
+  }
+  EXPECT_EQ(globalKernelCache().compilations(), compiles);
+  // Batch 1 splits the KV heads over the threads; Wo's partial sums live in
+  // a workspace sized on the first call, then reused.
+  AttentionBlockProblem one =
+      Block("b=1,hq=8,hkv=2,d=64,q=1,kv=30,mask=none,dtype=f32,layout=tv,"
+            "hidden=128,w=f32,qkv_bias=0,wo=1");
+  StatusOr<AttentionBlockData> d1 = AttentionBlockData::Create(one);
+  ASSERT_TRUE(d1.ok());
+  d1.value().Fill(one, rng);
+  ASSERT_TRUE(compiled->AttentionBlock(one, d1.value().args()).ok());
+  accounting::Meter meter;
+  ASSERT_TRUE(compiled->AttentionBlock(one, d1.value().args()).ok());
+  EXPECT_EQ(meter.Read().allocs, 0);
+}
+
 // What the compiled block does not take is declined by name, not computed
 // wrongly: an additive attention bias.
 TEST(CompiledBlockTest, AnAttentionBiasIsDeclinedByName) {

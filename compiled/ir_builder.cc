@@ -258,7 +258,8 @@ namespace {
 class BlockBuilder {
 public:
   BlockBuilder(MLIRContext &ctx, const BlockSpec &spec)
-      : spec_(spec), b_(UnknownLoc::get(&ctx), &ctx) {}
+      : spec_(spec), b_(UnknownLoc::get(&ctx), &ctx),
+        sDim_(spec.tokens > 0 ? spec.tokens : kDyn) {}
 
   OwningOpRef<ModuleOp> build();
 
@@ -289,6 +290,8 @@ private:
 
   const BlockSpec &spec_;
   ImplicitLocOpBuilder b_;
+  /// The tokens per sequence: static for a single-token decode kernel.
+  const int64_t sDim_;
   OpFoldResult s_, n_, p0_, hidden_;
 };
 
@@ -298,14 +301,14 @@ BlockBuilder::Args BlockBuilder::declare(ModuleOp module) {
   Type f32 = b_.getF32Type();
   Type w = spec_.weight == DType::kF32 ? f32 : b_.getBF16Type();
   Type index = b_.getIndexType();
-  MemRefType xTy = stridedMemRef({kDyn, h}, f32);
+  MemRefType xTy = stridedMemRef({sDim_, h}, f32);
   MemRefType wTy = stridedMemRef({h, kDyn}, w);
   MemRefType biasTy = stridedMemRef({kDyn}, f32);
   MemRefType woTy = stridedMemRef({kDyn, h}, w);
   MemRefType kTy = stridedMemRef({kDyn, kDyn, d}, f32);
   MemRefType vTy =
       spec_.vTransposed ? stridedMemRef({kDyn, d, kDyn}, f32) : kTy;
-  MemRefType outTy = stridedMemRef({kDyn, kDyn}, f32);
+  MemRefType outTy = stridedMemRef({sDim_, kDyn}, f32);
   auto fnTy = b_.getFunctionType({xTy, wTy, wTy, wTy, biasTy, biasTy, biasTy,
                                   woTy, kTy, vTy, outTy, f32, index, index},
                                  {});
@@ -331,7 +334,11 @@ BlockBuilder::Args BlockBuilder::declare(ModuleOp module) {
   a.scale = entry->getArgument(11);
   a.p0 = entry->getArgument(12);
   a.window = entry->getArgument(13);
-  s_ = memref::DimOp::create(b_, entry->getArgument(0), 0).getResult();
+  s_ =
+      ShapedType::isDynamic(sDim_)
+          ? OpFoldResult(
+                memref::DimOp::create(b_, entry->getArgument(0), 0).getResult())
+          : OpFoldResult(b_.getIndexAttr(sDim_));
   n_ = memref::DimOp::create(b_, a.kCache, 0).getResult();
   hidden_ = memref::DimOp::create(b_, entry->getArgument(0), 1).getResult();
   p0_ = a.p0;
@@ -384,7 +391,7 @@ Value BlockBuilder::projectQueries(const Args &a) {
   Value q =
       linalg::MatmulOp::create(b_, ValueRange{a.x, a.wq}, ValueRange{init})
           .getResult(0);
-  auto q4Ty = RankedTensorType::get({kDyn, kDyn, g, d}, b_.getF32Type());
+  auto q4Ty = RankedTensorType::get({sDim_, kDyn, g, d}, b_.getF32Type());
   Value q4 = tensor::ExpandShapeOp::create(
       b_, q4Ty, q, SmallVector<ReassociationIndices>{{0}, {1, 2, 3}},
       SmallVector<OpFoldResult>{s_, n_, b_.getIndexAttr(g),
@@ -464,7 +471,7 @@ void BlockBuilder::emitOutput(const Args &a, Value o) {
   if (!spec_.outputProjection) {
     // out [s, n·G·D] viewed as [s, n, G, D]; the transpose writes it.
     auto viewTy =
-        MemRefType::get({kDyn, kDyn, g, d}, b_.getF32Type(),
+        MemRefType::get({sDim_, kDyn, g, d}, b_.getF32Type(),
                         StridedLayoutAttr::get(ctx, kDyn, {kDyn, g * d, d, 1}));
     Value view = memref::ExpandShapeOp::create(
         b_, viewTy, a.out, SmallVector<ReassociationIndices>{{0}, {1, 2, 3}},
@@ -534,8 +541,8 @@ OwningOpRef<ModuleOp> BlockBuilder::build() {
     SmallVector<OpFoldResult> ones(3, b_.getIndexAttr(1));
     return tensor::ExtractSliceOp::create(b_, cache, zero, sizes, ones);
   };
-  auto outTy = RankedTensorType::get({kDyn, g, kDyn, d}, b_.getF32Type());
-  auto lseTy = RankedTensorType::get({kDyn, g, kDyn}, b_.getF32Type());
+  auto outTy = RankedTensorType::get({kDyn, g, sDim_, d}, b_.getF32Type());
+  auto lseTy = RankedTensorType::get({kDyn, g, sDim_}, b_.getF32Type());
   auto attn = AttentionOp::create(
       b_, TypeRange{outTy, lseTy}, q, prefix(kCache, false),
       prefix(vCache, spec_.vTransposed), a.scale, /*bias=*/Value(),

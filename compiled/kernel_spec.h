@@ -110,6 +110,11 @@ struct BlockSpec {
   bool outputProjection = false;
   /// The flash rewrite's query tile inside the head loop (as KernelSpec's).
   int64_t queryTile = kPrefillQueryTile;
+  /// Tokens per sequence when every sequence has the same small number (a
+  /// decode step: 1); 0 = a run-time length. A static count makes every
+  /// intermediate statically shaped, so it lives on the stack: the decode
+  /// kernel allocates nothing.
+  int64_t tokens = 0;
 
   std::string key() const {
     std::string k = "block_d";
@@ -126,6 +131,10 @@ struct BlockSpec {
     if (queryTile != kPrefillQueryTile) {
       k += "_q";
       k += std::to_string(queryTile);
+    }
+    if (tokens > 0) {
+      k += "_s";
+      k += std::to_string(tokens);
     }
     return k;
   }
@@ -152,6 +161,12 @@ inline StatusOr<BlockSpec> blockSpecFor(const AttentionBlockProblem &p) {
   for (int64_t q : a.q_lens)
     maxQ = q > maxQ ? q : maxQ;
   s.queryTile = queryTileFor(maxQ);
+  // A decode step (one new token in every non-empty sequence) gets the
+  // kernel specialized on it.
+  bool single = maxQ == 1;
+  for (int64_t q : a.q_lens)
+    single = single && (q == 1 || q == 0);
+  s.tokens = single ? 1 : 0;
   return s;
 }
 

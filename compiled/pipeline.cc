@@ -25,6 +25,9 @@ namespace {
 constexpr const char *kBufferizePipeline =
     "eliminate-empty-tensors,"
     "one-shot-bufferize,"
+    // Folds casts into static shapes (a decode block's one-token tiles)
+    // before the allocations are hoisted and put on the stack.
+    "canonicalize,"
     "func.func(buffer-loop-hoisting,buffer-hoisting,"
     "promote-buffers-to-stack{max-alloc-size-in-bytes=1048576 "
     "max-rank-of-allocated-memref=4}),"

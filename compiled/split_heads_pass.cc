@@ -89,15 +89,26 @@ void eraseDeadOps(func::FuncOp fn, RewriterBase &rewriter) {
   }
 }
 
-/// Drops the leading unit dimension of `t` (a tensor.collapse_shape).
-Value dropHead(OpBuilder &b, Location loc, Value t) {
+/// Drops the leading unit dimension of `t` (a tensor.collapse_shape) and
+/// makes its sequence dimensions (all but the group and head_dim, which the
+/// single-group op has static) dynamic: the flash rewrite takes any length,
+/// also the static single token of a decode kernel.
+Value dropHead(OpBuilder &b, Location loc, Value t, ArrayRef<bool> keep) {
   if (!t)
     return t;
   auto type = cast<RankedTensorType>(t.getType());
   SmallVector<ReassociationIndices> groups{{0, 1}};
   for (int64_t i = 2; i < type.getRank(); ++i)
     groups.push_back({i});
-  return tensor::CollapseShapeOp::create(b, loc, t, groups);
+  Value single = tensor::CollapseShapeOp::create(b, loc, t, groups);
+  SmallVector<int64_t> shape(type.getShape().drop_front());
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (!keep[i])
+      shape[i] = ShapedType::kDynamic;
+  auto dynamic = type.clone(shape);
+  if (dynamic == single.getType())
+    return single;
+  return tensor::CastOp::create(b, loc, dynamic, single);
 }
 
 /// One head's attention (H = 1) as the single-group op, its results
@@ -105,29 +116,36 @@ Value dropHead(OpBuilder &b, Location loc, Value t) {
 void toSingleGroup(AttentionOp op, RewriterBase &rewriter) {
   rewriter.setInsertionPoint(op);
   Location loc = op.getLoc();
-  auto dropType = [](Type t) {
-    auto type = cast<RankedTensorType>(t);
-    return type.clone(type.getShape().drop_front());
+  const bool vt = op.getVTransposed();
+  const SmallVector<bool> q{true, false, true}, kv{false, true},
+      tv{true, false}, bias{true, false, false};
+  Value query = dropHead(rewriter, loc, op.getQuery(), q);
+  auto type = [&](Value theirs) {
+    auto t = cast<RankedTensorType>(theirs.getType());
+    SmallVector<int64_t> shape(t.getShape().drop_front());
+    shape[1] = ShapedType::kDynamic; // the query rows
+    return t.clone(shape);
   };
   auto single = AttentionOp::create(
-      rewriter, loc,
-      TypeRange{dropType(op.getOutput().getType()),
-                dropType(op.getLse().getType())},
-      dropHead(rewriter, loc, op.getQuery()),
-      dropHead(rewriter, loc, op.getKey()),
-      dropHead(rewriter, loc, op.getValue()), op.getScale(),
-      dropHead(rewriter, loc, op.getBias()), op.getVTransposedAttr());
+      rewriter, loc, TypeRange{type(op.getOutput()), type(op.getLse())}, query,
+      dropHead(rewriter, loc, op.getKey(), kv),
+      dropHead(rewriter, loc, op.getValue(), vt ? tv : kv), op.getScale(),
+      dropHead(rewriter, loc, op.getBias(), bias), op.getVTransposedAttr());
   IRMapping map;
   op.getModifier().cloneInto(&single.getModifier(), map);
   SmallVector<Value> results;
   for (auto [mine, theirs] :
        llvm::zip(single->getResults(), op->getResults())) {
-    auto type = cast<RankedTensorType>(theirs.getType());
+    auto t = cast<RankedTensorType>(theirs.getType());
+    auto withoutHead = t.clone(t.getShape().drop_front());
+    Value v = mine;
+    if (withoutHead != v.getType())
+      v = tensor::CastOp::create(rewriter, loc, withoutHead, v);
     SmallVector<ReassociationIndices> groups{{0, 1}};
-    for (int64_t i = 2; i < type.getRank(); ++i)
+    for (int64_t i = 2; i < t.getRank(); ++i)
       groups.push_back({i});
     results.push_back(
-        tensor::ExpandShapeOp::create(rewriter, loc, type, mine, groups));
+        tensor::ExpandShapeOp::create(rewriter, loc, t, v, groups));
   }
   rewriter.replaceOp(op, results);
 }

@@ -87,11 +87,16 @@ public:
     getOperation().walk([&](scf::ForOp op) {
       if (!hasFlashRole(op, FlashRole::QueryLoop))
         return;
-      if (auto f = matchFlashLoop(op))
+      if (auto f = matchFlashLoop(op)) {
         loops.push_back(*f);
-      else // a performance cliff worth a word, not an error
-        op->emitRemark("not vectorized: not the flash form this pass "
-                       "emits vector code for; left for the linalg path");
+        return;
+      }
+      // A performance cliff worth a word, not an error. The roles were
+      // for this pass: the loops left to the linalg path drop them (later
+      // canonicalizations may fold a one-iteration query loop away).
+      op->emitRemark("not vectorized: not the flash form this pass "
+                     "emits vector code for; left for the linalg path");
+      op->walk([](Operation *inner) { inner->removeAttr(kFlashRoleAttrName); });
     });
     for (FlashLoop &f : loops) {
       OpBuilder b(f.outer);
