@@ -393,8 +393,9 @@ namespace {
 double ProjectionMacs(const Case& c) {
   if (!c.is_block()) return 0;
   const AttentionBlockProblem b = c.Block();
-  double tokens = 0;
-  for (int64_t q : c.problem.q_lens) tokens += static_cast<double>(q);
+  double tokens = 0;  // projected over all steps of a decode loop
+  for (int64_t q : c.problem.q_lens)
+    tokens += static_cast<double>(q * std::max<int64_t>(c.decode_steps, 1));
   const double h = static_cast<double>(b.hidden);
   return tokens * h *
          static_cast<double>(b.q_width() + 2 * b.kv_width() +
@@ -588,10 +589,9 @@ Status ValidateCase(const Case& c) {
   if (c.is_block()) {
     ATTNKIT_RETURN_IF_ERROR(c.Block().Validate());
     auto only = [](std::string what) {
-      return Status::InvalidArgument(
-          "block=: a block case is one plain call (" + what + ")");
+      return Status::InvalidArgument("block=: a block case has plain inputs (" +
+                                     what + ")");
     };
-    if (c.decode_steps != 0) return only("steps=0");
     if (c.kv_pad != 0) return only("pad=0");
     if (!c.io.q.is_default() || !c.io.out.is_default() || c.io.shared_bias)
       return only("no q_layout, out_layout or bias=shared");
@@ -753,7 +753,9 @@ void MakeBlock(Case& c, Rng& r, const TierLimits& lim) {
   c.weight_dtype = r.Bernoulli(0.5) ? DType::kBF16 : DType::kF32;
   c.qkv_bias = r.Bernoulli(0.4);
   c.output_projection = r.Bernoulli(0.5);
-  c.decode_steps = 0;
+  // A third are decode loops: 2-4 steps of 1-2 new tokens each, every step
+  // projecting into the slots after the previous step's.
+  c.decode_steps = r.Bernoulli(0.33) ? r.Range(2, 4) : 0;
   c.kv_pad = 0;
   c.io = {};
   c.origins.clear();
@@ -761,8 +763,9 @@ void MakeBlock(Case& c, Rng& r, const TierLimits& lim) {
   p.dtype = DType::kF32;
   if (p.head_dim > 128) p.head_dim = r.Range(1, 128);
   for (int64_t b = 0; b < p.batch; ++b) {
-    p.q_lens[b] = std::min<int64_t>(p.q_lens[b], 96);
-    p.kv_lens[b] = std::max(p.kv_lens[b], p.q_lens[b]);
+    p.q_lens[b] = std::min<int64_t>(p.q_lens[b], c.decode_steps ? 2 : 96);
+    p.kv_lens[b] = std::max(p.kv_lens[b],
+                            p.q_lens[b] * std::max<int64_t>(c.decode_steps, 1));
   }
   // The projections cost the oracle as much as the attention may: halve the
   // hidden size, then the new tokens, until the case fits the tier again.

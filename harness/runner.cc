@@ -593,70 +593,127 @@ void Restore(const Tensor& t, const std::vector<std::byte>& bytes) {
 // untouched, the cache changed only in the new tokens' slots (within the
 // projection bound there), out within the block's tolerance and nothing
 // written past q_len.
+// The block of step `step` (1-based) of a block case: the case's own
+// problem when it is one call, else decode step `step` of its loop (q_lens
+// new tokens on a context grown by the steps before).
+AttentionBlockProblem BlockStep(const Case& c, int64_t step) {
+  AttentionBlockProblem bp = c.Block();
+  if (c.decode_steps > 0) bp.attention = DecodeStepProblem(c, step);
+  return bp;
+}
+
+// The new tokens of step `step` >= 2 of a block decode loop: the same for
+// every backend (step 1's are AttentionBlockData::Fill's).
+void FillStepTokens(const Case& c, const AttentionBlockArgs& a, int64_t step) {
+  Rng rng(c.seed ^ 0x78746f6b656e0000ull, c.index * 1024 + step);  // "xtoken"
+  FillNormal(a.x, rng);
+}
+
+// One call of `backend` on the block of `bp`, the caches as the steps
+// before left them: output, the new cache slots and every other cache byte
+// against the f64 oracle of this state, inputs untouched. False (and `r`
+// says why) on a failure.
+bool RunBlockCall(Backend& backend, const AttentionBlockProblem& bp,
+                  const AttentionBlockData& data,
+                  const reference::BlockTruth& truth, CheckResult& r) {
+  const std::vector<std::byte> k0 = Snapshot(data.k_cache()),
+                               v0 = Snapshot(data.v_cache());
+  const AttentionProblem shape = reference::BlockOutputShape(bp);
+  InputGuard inputs;
+  for (const auto& [name, tensor] : data.inputs()) inputs.Watch(name, *tensor);
+  r.bounds = truth.out;
+  const Status called = TimedCall(
+      data.out(), r, [&] { return backend.AttentionBlock(bp, data.args()); });
+  auto fail = [&](Outcome o, std::string msg) {
+    r.outcome = o;
+    r.message = std::move(msg);
+    return false;
+  };
+  if (!called.ok()) {
+    inputs.CheckAndRestore();
+    return fail(ErrorOutcome(backend), called.ToString());
+  }
+  if (std::string wrote = inputs.CheckAndRestore(); !wrote.empty())
+    return fail(Outcome::kInputWrite, std::move(wrote));
+  if (std::string k = CheckBlockCache(bp, "k_cache", data.k_cache(), k0,
+                                      truth.oracle.k, truth.k_bound);
+      !k.empty())
+    return fail(Outcome::kKvCache, std::move(k));
+  if (std::string v = CheckBlockCache(bp, "v_cache", data.v_cache(), v0,
+                                      truth.oracle.v, truth.v_bound);
+      !v.empty())
+    return fail(Outcome::kKvCache, std::move(v));
+  const reference::Truth out_truth{truth.oracle.out, truth.out};
+  if (!Judge(shape, data.out().view, out_truth, -1, r)) return false;
+  if (std::string stray = StrayWrite(shape, data.out()); !stray.empty())
+    return fail(Outcome::kStrayWrite, std::move(stray));
+  return true;
+}
+
+// A block case: one call, or a decode loop of `steps` calls, each on the
+// cache the backend's own previous steps wrote (so each step's oracle is
+// computed on that state: a step is judged on its own arithmetic, not on
+// the rounding its predecessors left in the cache).
 StatusOr<std::vector<CheckResult>> RunBlock(
     const Case& c, std::span<Backend* const> backends) {
-  const AttentionBlockProblem bp = c.Block();
+  const int64_t steps = std::max<int64_t>(c.decode_steps, 1);
+  const AttentionBlockProblem first = BlockStep(c, 1);
   auto created = [&] {
     shared_memory::Scope share(AnyInWorker(backends));
-    return AttentionBlockData::Create(bp);
+    return AttentionBlockData::Create(c.Block());
   }();
   ATTNKIT_ASSIGN_OR_RETURN(AttentionBlockData data, std::move(created));
   Rng rng = ValueRng(c);
-  data.Fill(bp, rng);
+  data.Fill(first, rng);
   const std::vector<std::byte> k0 = Snapshot(data.k_cache()),
                                v0 = Snapshot(data.v_cache());
-  ATTNKIT_ASSIGN_OR_RETURN(reference::BlockTruth truth,
-                           reference::ComputeBlockTruth(bp, data.args()));
-  const AttentionProblem shape = reference::BlockOutputShape(bp);
-  const reference::Truth out_truth{std::move(truth.oracle.out), truth.out};
-  InputGuard inputs;
-  for (const auto& [name, tensor] : data.inputs()) inputs.Watch(name, *tensor);
+  const Tensor* x = data.inputs()[0].second;
+  const std::vector<std::byte> x0 = Snapshot(*x);
+  // Step 1 starts from the same state for every backend: one oracle.
+  ATTNKIT_ASSIGN_OR_RETURN(const reference::BlockTruth truth1,
+                           reference::ComputeBlockTruth(first, data.args()));
   std::vector<CheckResult> results;
   for (Backend* backend : backends) {
     CheckResult r;
     r.backend = std::string(backend->name());
-    r.problem = c.problem;
-    r.bounds = truth.out;
     Restore(data.k_cache(), k0);
     Restore(data.v_cache(), v0);
+    Restore(*x, x0);
     Status supported;
     try {
-      supported = backend->SupportsBlock(bp);
+      supported = backend->SupportsBlock(first);
     } catch (const std::exception& e) {
       supported =
           Status::Internal(std::string("SupportsBlock threw: ") + e.what());
     }
     if (!supported.ok()) {
+      r.problem = c.problem;
+      r.bounds = truth1.out;
       Declined(*backend, supported, r);
       results.push_back(std::move(r));
       continue;
     }
-    const Status called = TimedCall(data.out(), r, [&] {
-      return backend->AttentionBlock(bp, data.args());
-    });
-    auto fail = [&](Outcome o, std::string msg) {
-      r.outcome = o;
-      r.message = std::move(msg);
-    };
-    if (!called.ok()) {
-      fail(ErrorOutcome(*backend), called.ToString());
-      inputs.CheckAndRestore();
-    } else if (std::string wrote = inputs.CheckAndRestore(); !wrote.empty()) {
-      fail(Outcome::kInputWrite, std::move(wrote));
-    } else if (std::string k =
-                   CheckBlockCache(bp, "k_cache", data.k_cache(), k0,
-                                   truth.oracle.k, truth.k_bound);
-               !k.empty()) {
-      fail(Outcome::kKvCache, std::move(k));
-    } else if (std::string v =
-                   CheckBlockCache(bp, "v_cache", data.v_cache(), v0,
-                                   truth.oracle.v, truth.v_bound);
-               !v.empty()) {
-      fail(Outcome::kKvCache, std::move(v));
-    } else if (Judge(shape, data.out().view, out_truth, -1, r)) {
-      if (std::string stray = StrayWrite(shape, data.out()); !stray.empty())
-        fail(Outcome::kStrayWrite, std::move(stray));
+    double worst = 0;  // err/bound over the steps
+    for (int64_t step = 1; step <= steps; ++step) {
+      const AttentionBlockProblem bp = BlockStep(c, step);
+      bool ok;
+      if (step == 1) {
+        ok = RunBlockCall(*backend, bp, data, truth1, r);
+      } else {
+        FillStepTokens(c, data.args(), step);
+        ATTNKIT_ASSIGN_OR_RETURN(const reference::BlockTruth truth,
+                                 reference::ComputeBlockTruth(bp, data.args()));
+        ok = RunBlockCall(*backend, bp, data, truth, r);
+      }
+      worst = std::max(worst, r.ratio);
+      if (!ok) {
+        if (c.decode_steps > 0)
+          r.message = "decode step " + std::to_string(step) + " of " +
+                      std::to_string(steps) + ": " + r.message;
+        break;
+      }
     }
+    if (r.outcome == Outcome::kPass) r.ratio = worst;
     // Judge reports the output's shape; the case's problem is the attention.
     r.problem = c.problem;
     results.push_back(std::move(r));

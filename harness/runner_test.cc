@@ -9,6 +9,7 @@
 #include "harness/campaign.h"
 #include "harness/canaries.h"
 #include "harness/test_support.h"
+#include "reference/attention_block.h"
 #include "reference/reference.h"
 #include "runtime/enum_table_testing.h"
 
@@ -59,6 +60,65 @@ TEST(RunnerTest, TheReferencePassesPlainAndDecodeCases) {
                       "mask=bias,layout=bshd"),
              *ref);
   EXPECT_EQ(empty.outcome, Outcome::kPass) << empty.message;
+}
+
+// The reference block, then a hook that may damage what its n-th call
+// wrote (calls count from 1).
+class WrappedBlock final : public Backend {
+ public:
+  using Hook = std::function<void(int, const AttentionBlockArgs&)>;
+  explicit WrappedBlock(Hook after) : after_(std::move(after)) {}
+  std::string_view name() const override { return "wrapped_block"; }
+  Status Attention(const AttentionProblem& p,
+                   const AttentionArgs& args) override {
+    return reference::Attention(p, args);
+  }
+  Status SupportsBlock(const AttentionBlockProblem& p) const override {
+    return p.Validate();
+  }
+  Status AttentionBlock(const AttentionBlockProblem& p,
+                        const AttentionBlockArgs& a) override {
+    ATTNKIT_RETURN_IF_ERROR(reference::AttentionBlock(p, a));
+    after_(++calls_, a);
+    return Status::Ok();
+  }
+
+ private:
+  Hook after_;
+  int calls_ = 0;
+};
+
+// A block decode loop: each step projects its new tokens into the slots
+// after the previous step's and attends over everything before; every step
+// is judged (a damaged third step fails the case, named).
+TEST(RunnerTest, ABlockDecodeLoopJudgesEveryStep) {
+  const Case c = CaseFrom(
+      "seed=2,index=7,values=normal,pad=0,steps=3,block=33:bf16:1:1,b=2,hq=4,"
+      "hkv=2,d=8,q=1:2,kv=9:6,mask=causal,dtype=f32,layout=bshd");
+  ASSERT_TRUE(c.is_block());
+  auto ref = reference::MakeReferenceBackend();
+  const CheckResult good = RunOne(c, *ref);
+  EXPECT_EQ(good.outcome, Outcome::kPass) << good.message;
+  int steps = 0;
+  WrappedBlock counted([&](int, const AttentionBlockArgs&) { ++steps; });
+  EXPECT_EQ(RunOne(c, counted).outcome, Outcome::kPass);
+  EXPECT_EQ(steps, 3);
+  WrappedBlock third([](int call, const AttentionBlockArgs& a) {
+    if (call == 3) a.out.Store(1, 0, 1, 5, a.out.Load(1, 0, 1, 5) + 0.25f);
+  });
+  const CheckResult bad = RunOne(c, third);
+  EXPECT_EQ(bad.outcome, Outcome::kMismatch) << bad.message;
+  EXPECT_NE(bad.message.find("decode step 3 of 3"), std::string::npos)
+      << bad.message;
+  // A slot of step 2 written wrong is in the cache step 3 attends over:
+  // caught at step 2 already, bit for bit outside the slots.
+  WrappedBlock slot([](int call, const AttentionBlockArgs& a) {
+    if (call == 2) a.k_cache.Store(0, 1, 7, 0, 1e3f);
+  });
+  const CheckResult wrote = RunOne(c, slot);
+  EXPECT_EQ(wrote.outcome, Outcome::kKvCache) << wrote.message;
+  EXPECT_NE(wrote.message.find("decode step 2 of 3"), std::string::npos)
+      << wrote.message;
 }
 
 TEST(RunnerTest, AnUnsupportedProblemIsSkippedNotFailed) {
