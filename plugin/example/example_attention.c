@@ -487,6 +487,12 @@ static attnkit_plugin_status example_attention_block(
              (long long)p->kv_heads, (long long)p->q_heads);
     return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
   }
+  if (p->head_dim > EXAMPLE_PLUGIN_HEAD_DIM_MAX) {
+    /* What supports_block declines, refused when called anyway. */
+    snprintf(error, error_capacity, "head_dim=%lld exceeds %d",
+             (long long)p->head_dim, EXAMPLE_PLUGIN_HEAD_DIM_MAX);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
   if (a->x.data == NULL || a->wq.data == NULL || a->wk.data == NULL ||
       a->wv.data == NULL || a->out.data == NULL || a->k_cache.data == NULL ||
       a->v_cache.data == NULL) {
