@@ -111,10 +111,11 @@ TEST(PluginTest, BadBlockArgumentsAreNamed) {
   Rng rng(5, 0);
   data->Fill(p, rng);
   AttentionBlockArgs a = data->args();
-  a.wq.shape[2] += 1;
+  a.wq.shape[3] -= 1;
   Status s = (*b)->AttentionBlock(p, a);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("wq"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.message().rfind("wq: shape[3]=41, expected 42", 0), 0u)
+      << s.ToString();
   // wo given although the problem has no output projection.
   p.output_projection = false;
   s = (*b)->AttentionBlock(p, data->args());

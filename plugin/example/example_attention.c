@@ -493,16 +493,25 @@ static attnkit_plugin_status example_attention_block(
              (long long)p->head_dim, EXAMPLE_PLUGIN_HEAD_DIM_MAX);
     return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
   }
-  if (a->x.data == NULL || a->wq.data == NULL || a->wk.data == NULL ||
-      a->wv.data == NULL || a->out.data == NULL || a->k_cache.data == NULL ||
-      a->v_cache.data == NULL) {
-    snprintf(error, error_capacity,
-             "x, wq, wk, wv, k_cache, v_cache and out must all be given");
-    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
-  }
-  if (bp->output_projection && a->wo.data == NULL) {
-    snprintf(error, error_capacity, "output_projection=1 but wo is NULL");
-    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  {
+    /* A tensor with elements must have data (one without, e.g. x of a
+     * batch with no new token, may be NULL). */
+    const attnkit_plugin_tensor* const needed[] = {
+        &a->x,       &a->wq,
+        &a->wk,      &a->wv,
+        &a->k_cache, &a->v_cache,
+        &a->out,     bp->output_projection ? &a->wo : NULL};
+    static const char* const kNames[] = {"x",       "wq",      "wk",  "wv",
+                                         "k_cache", "v_cache", "out", "wo"};
+    for (int t = 0; t < 8; ++t) {
+      if (needed[t] != NULL && needed[t]->data == NULL &&
+          needed[t]->shape[0] * needed[t]->shape[1] * needed[t]->shape[2] *
+                  needed[t]->shape[3] >
+              0) {
+        snprintf(error, error_capacity, "%s.data is NULL", kNames[t]);
+        return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+      }
+    }
   }
   const int64_t d = p->head_dim, hidden = bp->hidden;
   const int64_t q_width = p->q_heads * d, kv_width = p->kv_heads * d;
