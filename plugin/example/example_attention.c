@@ -427,7 +427,9 @@ static void project(const attnkit_plugin_tensor* x,
   for (int64_t r = 0; r < hidden; ++r) {
     const float xr = load(x, b, 0, i, r);
     for (int64_t c = 0; c < width; ++c) {
-      row[c] += xr * load(w, 0, 0, r, (c + column_shift) % width);
+      int64_t col = c + column_shift;
+      if (col >= width) col -= width;
+      row[c] += xr * load(w, 0, 0, r, col);
     }
   }
   if (bias->data != NULL) {
