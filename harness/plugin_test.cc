@@ -199,6 +199,33 @@ TEST(PluginTest, TablesEndingBeforeTheBlockEntriesHaveNoBlock) {
   }
 }
 
+// A table whose block entries are NULL has no block (said so); one that
+// sets supports_block without attention_block is refused when loaded.
+TEST(PluginTest, NullBlockEntriesMeanNoBlockAndAHalfBlockIsRefused) {
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_NO_BLOCK);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const AttentionBlockProblem p = Block(kBlocks[0]);
+  const Status s = (*b)->SupportsBlock(p);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(),
+            "plugin example_no_block: no attention block (its "
+            "attention_block entry is NULL)");
+  Case c;
+  c.seed = 1;
+  c.problem = p.attention;
+  c.hidden = p.hidden;
+  EXPECT_EQ(RunOne(c, **b).outcome, Outcome::kSkipped);
+
+  auto half = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_SUPPORTS_BLOCK_ONLY);
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(half.status().message().find(
+                ": the table's supports_block entry is set but its "
+                "attention_block entry is NULL"),
+            std::string::npos)
+      << half.status().ToString();
+}
+
 struct BlockBugCase {
   const char* plugin;
   const char* name;

@@ -15,7 +15,8 @@
  * EXAMPLE_PLUGIN_TABLE_END claims a table that ends before the field it
  * names (the loader must not read past it; EXAMPLE_PLUGIN_TABLE_SIZE claims
  * a size outright), EXAMPLE_PLUGIN_APPEND_BUG plants a bug in the append,
- * EXAMPLE_PLUGIN_BLOCK_BUG one in the block,
+ * EXAMPLE_PLUGIN_BLOCK_BUG one in the block, EXAMPLE_PLUGIN_BLOCK_ENTRIES
+ * leaves the block's entries NULL,
  * EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE declines with a message that fills its
  * buffer without a NUL and starts with a terminal escape sequence, and
  * EXAMPLE_PLUGIN_MISBEHAVE builds the kernel that misbehaves as the
@@ -76,6 +77,11 @@
   2 /* Q column c reads Wq's column c + 1 (wrapping) */
 #ifndef EXAMPLE_PLUGIN_BLOCK_BUG
 #define EXAMPLE_PLUGIN_BLOCK_BUG EXAMPLE_BLOCK_CORRECT
+#endif
+/* The block entries the table sets: 2 both, 1 supports_block alone (the
+ * loader must refuse that table), 0 neither (the plug-in has no block). */
+#ifndef EXAMPLE_PLUGIN_BLOCK_ENTRIES
+#define EXAMPLE_PLUGIN_BLOCK_ENTRIES 2
 #endif
 
 /* Per-instance scratch: one query row and one accumulator row, and the
@@ -593,8 +599,8 @@ static const attnkit_plugin_v1_table kTable = {
     example_supports,
     example_attention,
     example_append_kv,
-    example_supports_block,
-    example_attention_block,
+    EXAMPLE_PLUGIN_BLOCK_ENTRIES >= 1 ? example_supports_block : NULL,
+    EXAMPLE_PLUGIN_BLOCK_ENTRIES >= 2 ? example_attention_block : NULL,
 };
 
 /* EXAMPLE_PLUGIN_NO_ENTRY builds a library whose only export has the wrong
