@@ -539,6 +539,35 @@ Status RemoteBackend::AppendKv(const KvAppendArgs& a) {
   return ReadResult({in_.data(), in_len_}, true);
 }
 
+Status RemoteBackend::SupportsBlock(const AttentionBlockProblem& p) const {
+  auto* self = const_cast<RemoteBackend*>(this);
+  ATTNKIT_RETURN_IF_ERROR(
+      self->BeginRequest(static_cast<uint32_t>(wire::Op::kSupportsBlock)));
+  wire::Writer(self->out_).PutBlockProblem(p);
+  ATTNKIT_RETURN_IF_ERROR(self->Call("supports_block", self->Deadline(0)));
+  return ReadResult({in_.data(), in_len_}, false);
+}
+
+Status RemoteBackend::AttentionBlock(const AttentionBlockProblem& p,
+                                     const AttentionBlockArgs& a) {
+  ATTNKIT_RETURN_IF_ERROR(
+      BeginRequest(static_cast<uint32_t>(wire::Op::kAttentionBlock)));
+  ATTNKIT_RETURN_IF_ERROR(
+      PrepareScratch({&a.x, &a.wq, &a.wk, &a.wv, &a.bq, &a.bk, &a.bv, &a.wo,
+                      &a.bias, &a.k_cache, &a.v_cache, &a.out}));
+  wire::Writer(out_).PutBlockProblem(p);
+  for (const TensorView* t :
+       {&a.x, &a.wq, &a.wk, &a.wv, &a.bq, &a.bk, &a.bv, &a.wo, &a.bias}) {
+    PutTensor(*t, false);
+  }
+  // The block writes the new tokens' cache slots and out.
+  PutTensor(a.k_cache, true);
+  PutTensor(a.v_cache, true);
+  PutTensor(a.out, true);
+  ATTNKIT_RETURN_IF_ERROR(Call("attention_block", Deadline(p.Flops())));
+  return ReadResult({in_.data(), in_len_}, true);
+}
+
 double RemoteBackend::Deadline(double work) const {
   return options_.call_timeout_s > 0 ? options_.call_timeout_s
                                      : CallDeadline(work);

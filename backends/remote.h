@@ -69,6 +69,9 @@ class RemoteBackend final : public Backend {
                    const AttentionArgs& args) override;
   Status ReserveWorkspace(const AttentionProblem& largest) override;
   Status AppendKv(const KvAppendArgs& a) override;
+  Status SupportsBlock(const AttentionBlockProblem& p) const override;
+  Status AttentionBlock(const AttentionBlockProblem& p,
+                        const AttentionBlockArgs& args) override;
   Fault LastFault() const override { return fault_; }
   bool InWorkerProcess() const override { return true; }
   void Reset() override;

@@ -6,12 +6,17 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "harness/test_support.h"
 #include "plugin/loader.h"
 #include "runtime/accounting.h"
+#include "runtime/attention_block.h"
+#include "runtime/random.h"
 #include "runtime/shared_memory.h"
 
 namespace attnkit::backends {
@@ -276,6 +281,154 @@ TEST(RemoteBackendTest, RegisteredBackendsRunInTheFullWorker) {
       EXPECT_NEAR(got[i], want[i], 1e-5) << i;
     }
   }
+}
+
+// The attention block through the worker: the same protocol as attention
+// (shared segments, or staged views), bf16 weights, biases, Wo, GQA, a
+// ragged causal batch with a context already in the cache.
+AttentionBlockProblem BlockProblem() {
+  AttentionBlockProblem p;
+  p.attention = Problem();
+  p.hidden = 24;
+  p.weight_dtype = DType::kBF16;
+  p.qkv_bias = true;
+  p.output_projection = true;
+  return p;
+}
+
+// Seeded block tensors (in shared memory when a Scope is active); out and
+// the caches' new slots are what the block writes.
+AttentionBlockData BlockData(const AttentionBlockProblem& p) {
+  auto d = AttentionBlockData::Create(p);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  Rng rng(19, 0);
+  d->Fill(p, rng);
+  return std::move(d).value();
+}
+
+// Every byte the block may write: out, then the whole K and V caches.
+std::vector<std::byte> Written(const AttentionBlockData& d) {
+  std::vector<std::byte> all;
+  for (const Tensor* t : {&d.out(), &d.k_cache(), &d.v_cache()}) {
+    const auto* b = reinterpret_cast<const std::byte*>(t->buffer.data());
+    all.insert(all.end(), b, b + t->buffer.size());
+  }
+  return all;
+}
+
+std::vector<std::byte> InProcessBlock(const AttentionBlockProblem& p) {
+  auto local = plugin::LoadPlugin(kPlugin);
+  EXPECT_TRUE(local.ok()) << local.status().ToString();
+  AttentionBlockData d = BlockData(p);
+  const Status s = (*local)->AttentionBlock(p, d.args());
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return Written(d);
+}
+
+TEST(RemoteBackendTest, TheBlockComputesWhatTheInProcessPluginComputes) {
+  const AttentionBlockProblem p = BlockProblem();
+  const std::vector<std::byte> want = InProcessBlock(p);
+  // The block's tensors in shared segments (written in place), then on the
+  // heap (staged through the scratch segment and copied back).
+  for (const bool shared : {true, false}) {
+    std::unique_ptr<RemoteBackend> r;
+    std::optional<AttentionBlockData> d;
+    {
+      shared_memory::Scope share(shared);
+      auto started = RemoteBackend::Start({"", kPlugin});
+      ASSERT_TRUE(started.ok()) << started.status().ToString();
+      r = std::move(*started);
+      d.emplace(BlockData(p));
+    }
+    EXPECT_EQ(shared_memory::Find(d->out().view.data, 4).has_value(), shared);
+    ASSERT_TRUE((*r).SupportsBlock(p).ok());
+    const Status s = r->AttentionBlock(p, d->args());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(Written(*d), want) << "shared=" << shared;
+    EXPECT_EQ(r->LastFault(), Fault::kNone);
+  }
+}
+
+TEST(RemoteBackendTest, TheBlockThroughTheWorkerMatchesTheOracle) {
+  auto r = RemoteBackend::Start({"", kPlugin});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Backend* one[] = {r->get()};
+  AttentionBlockProblem p = BlockProblem();
+  harness::testing::ExpectBlockMatchesOracle(one, p, 1);
+  p.attention.mask = MaskKind::kBias;
+  p.attention.layout = KvLayout::kTransposedV;
+  p.weight_dtype = DType::kF32;
+  p.output_projection = false;
+  harness::testing::ExpectBlockMatchesOracle(one, p, 2);
+}
+
+// A worker that dies in the block is the block's finding, named as such,
+// and the next call starts a fresh worker -- as for attention.
+TEST_P(RemoteDeathTest, DeathInTheBlockIsAFaultAndTheNextCallRestarts) {
+  shared_memory::Scope share(true);
+  DeathCase c = GetParam();
+  std::string spec = c.spec;
+  spec.replace(spec.find("@attention"), 10, "@attention_block");
+  RemoteOptions o;
+  o.call_timeout_s = 0.5;
+  auto r = [&] {
+    Misbehave m(spec.c_str());
+    return RemoteBackend::Start({"", kPlugin}, o);
+  }();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const AttentionBlockProblem p = BlockProblem();
+  AttentionBlockData d = BlockData(p);
+  // The attention alone does not misbehave: only the block's entry does.
+  Data attention(Problem());
+  ASSERT_TRUE((*r)->Attention(Problem(), attention.args()).ok());
+  ASSERT_TRUE((*r)->SupportsBlock(p).ok());
+  const Status s = (*r)->AttentionBlock(p, d.args());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_EQ((*r)->LastFault(), c.fault) << s.ToString();
+  EXPECT_NE(s.message().find(c.says), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("in attention_block"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("| example_misbehave: attention_block: "),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_EQ((*r)->deaths(), 1);
+  EXPECT_EQ((*r)->worker_pid(), -1);
+  AttentionBlockData again = BlockData(p);
+  ASSERT_TRUE((*r)->AttentionBlock(p, again.args()).ok());
+  EXPECT_EQ((*r)->LastFault(), Fault::kNone);
+  EXPECT_EQ(Written(again), InProcessBlock(p));
+}
+
+TEST(RemoteBackendTest, ACrashInSupportsBlockIsAFaultNotADecline) {
+  auto r = [&] {
+    Misbehave m("segv@supports_block+1");
+    return RemoteBackend::Start({"", kPlugin});
+  }();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)->SupportsBlock(BlockProblem()).ok());
+  const Status s = (*r)->SupportsBlock(BlockProblem());
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ((*r)->LastFault(), Fault::kCrash) << s.ToString();
+  EXPECT_NE(s.message().find("SIGSEGV) in supports_block"), std::string::npos)
+      << s.ToString();
+}
+
+// The worker answers with the plug-in adapter's own errors: bad arguments
+// named before the plug-in runs.
+TEST(RemoteBackendTest, BadBlockArgumentsAreNamedAcrossTheWorker) {
+  shared_memory::Scope share(true);
+  auto r = RemoteBackend::Start({"", kPlugin});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const AttentionBlockProblem p = BlockProblem();
+  AttentionBlockData d = BlockData(p);
+  AttentionBlockArgs a = d.args();
+  a.wk = a.wv;
+  a.wk.shape[3] += 1;
+  const Status s = (*r)->AttentionBlock(p, a);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("wk"), std::string::npos) << s.ToString();
+  EXPECT_EQ((*r)->LastFault(), Fault::kNone);
 }
 
 }  // namespace

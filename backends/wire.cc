@@ -34,6 +34,14 @@ void Writer::PutProblem(const AttentionProblem& p) {
   Put(static_cast<uint8_t>(p.layout));
 }
 
+void Writer::PutBlockProblem(const AttentionBlockProblem& p) {
+  PutProblem(p.attention);
+  Put(p.hidden);
+  Put(static_cast<uint8_t>(p.weight_dtype));
+  Put(static_cast<uint8_t>(p.qkv_bias));
+  Put(static_cast<uint8_t>(p.output_projection));
+}
+
 void Writer::PutStatus(const Status& s) {
   Put(static_cast<uint32_t>(s.code()));
   PutString(s.message());
@@ -94,6 +102,19 @@ bool Reader::GetProblem(AttentionProblem& p) {
     return Fail();
   }
   p.scale = has_scale ? std::optional<float>(scale) : std::nullopt;
+  return true;
+}
+
+bool Reader::GetBlockProblem(AttentionBlockProblem& p) {
+  uint8_t weight_dtype = 0, qkv_bias = 0, output_projection = 0;
+  if (!GetProblem(p.attention) || !Get(p.hidden) || !Get(weight_dtype) ||
+      !Get(qkv_bias) || !Get(output_projection) || qkv_bias > 1 ||
+      output_projection > 1 ||
+      !ToEnum(weight_dtype, DType::kBF16, p.weight_dtype)) {
+    return Fail();
+  }
+  p.qkv_bias = qkv_bias == 1;
+  p.output_projection = output_projection == 1;
   return true;
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/accounting.h"
+#include "runtime/attention_block.h"
 #include "runtime/backend.h"
 #include "runtime/problem.h"
 #include "runtime/status.h"
@@ -31,12 +32,15 @@ inline constexpr size_t kMaxMessage = size_t{192} << 10;
 inline constexpr int kMaxFds = 64;
 
 enum class Op : uint32_t {
-  kHello = 1,  // -> status, backend name
-  kSupports,   // problem -> status
-  kReserve,    // problem -> status
-  kAttention,  // problem, q, k, v, bias, out -> status, counts
-  kAppend,     // k_cache, v_cache, new_k, new_v, positions, new_lens
-               //   -> status, counts
+  kHello = 1,       // -> status, backend name
+  kSupports,        // problem -> status
+  kReserve,         // problem -> status
+  kAttention,       // problem, q, k, v, bias, out -> status, counts
+  kAppend,          // k_cache, v_cache, new_k, new_v, positions, new_lens
+                    //   -> status, counts
+  kSupportsBlock,   // block problem -> status
+  kAttentionBlock,  // block problem, x, wq, wk, wv, bq, bk, bv, wo, bias,
+                    //   k_cache, v_cache, out -> status, counts
 };
 
 // A tensor in a segment. segment 0: the null view; kEmptySegment: a view
@@ -64,6 +68,7 @@ class Writer {
   void PutString(std::string_view s);
   void PutInts(std::span<const int64_t> v);
   void PutProblem(const AttentionProblem& p);
+  void PutBlockProblem(const AttentionBlockProblem& p);
   void PutStatus(const Status& s);
   void PutTensor(const TensorRef& t);
   void PutCounts(const accounting::Counts& c);
@@ -88,6 +93,7 @@ class Reader {
   // Into an existing vector (its capacity is reused).
   bool GetInts(std::vector<int64_t>& v);
   bool GetProblem(AttentionProblem& p);
+  bool GetBlockProblem(AttentionBlockProblem& p);
   bool GetStatus(Status& s);
   bool GetTensor(TensorRef& t);
   bool GetCounts(accounting::Counts& c);

@@ -179,6 +179,33 @@ class Worker {
         Metered(w, s, [&] { return backend_->AppendKv(a); });
         return true;
       }
+      case wire::Op::kSupportsBlock: {
+        if (!r.GetBlockProblem(block_) || !Segments(r)) return false;
+        w.PutStatus(Guard([&] { return backend_->SupportsBlock(block_); }));
+        return true;
+      }
+      case wire::Op::kAttentionBlock: {
+        constexpr int kTensors = 12;
+        wire::TensorRef refs[kTensors];
+        if (!r.GetBlockProblem(block_)) return false;
+        for (auto& ref : refs) {
+          if (!r.GetTensor(ref)) return false;
+        }
+        if (!Segments(r)) return false;
+        AttentionBlockArgs a;
+        TensorView* views[kTensors] = {&a.x,    &a.wq,      &a.wk,      &a.wv,
+                                       &a.bq,   &a.bk,      &a.bv,      &a.wo,
+                                       &a.bias, &a.k_cache, &a.v_cache, &a.out};
+        const char* names[kTensors] = {"x",    "wq",      "wk",      "wv",
+                                       "bq",   "bk",      "bv",      "wo",
+                                       "bias", "k_cache", "v_cache", "out"};
+        Status s;
+        for (int i = 0; i < kTensors && s.ok(); ++i) {
+          s = Resolve(refs[i], names[i], *views[i]);
+        }
+        Metered(w, s, [&] { return backend_->AttentionBlock(block_, a); });
+        return true;
+      }
     }
     return false;
   }
@@ -212,6 +239,7 @@ class Worker {
   std::vector<int> fds_;
   std::unordered_map<uint64_t, Mapping> maps_;
   AttentionProblem problem_;
+  AttentionBlockProblem block_;
   std::vector<int64_t> positions_, new_lens_;
   alignas(64) std::byte empty_[64] = {};
 };

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "backends/remote.h"
 #include "harness/campaign.h"
 #include "harness/report.h"
 #include "harness/runner.h"
@@ -9,6 +10,9 @@
 #include "plugin/attnkit_plugin.h"
 #include "plugin/loader.h"
 #include "runtime/accounting.h"
+#include "runtime/attention_block.h"
+#include "runtime/random.h"
+#include "runtime/shared_memory.h"
 
 namespace attnkit::harness {
 namespace {
@@ -35,14 +39,244 @@ TEST(PluginTest, TheExamplePluginLoadsAndPassesCases) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ((*b)->name(), "example");
   Backend* one[] = {b->get()};
-  for (uint64_t i = 0; i < 40; ++i) {
+  int blocks = 0;
+  for (uint64_t i = 0; i < 60; ++i) {
     const Case c = GenerateCase(Tier::kSmoke, 2, i);
     auto r = RunCase(c, one);
     ASSERT_TRUE(r.ok());
-    // The plug-in ABI has no attention block (yet): block cases are skips.
-    EXPECT_EQ((*r)[0].outcome,
-              c.is_block() ? Outcome::kSkipped : Outcome::kPass)
+    // Block cases too: the example implements attention_block.
+    EXPECT_EQ((*r)[0].outcome, Outcome::kPass)
         << c.ToString() << " " << (*r)[0].message;
+    blocks += c.is_block() ? 1 : 0;
+  }
+  EXPECT_GT(blocks, 0) << "no block case among the 60 drawn";
+}
+
+// The blocks the example plug-in's attention_block must get right, against
+// the f64 oracle: f32 and bf16 weights, q/k/v biases, Wo, MHA / GQA / MQA,
+// ragged prefill with an empty sequence, decode over a context, every mask
+// and cache layout, hidden sizes 1 and odd.
+AttentionBlockProblem Block(const char* text) {
+  auto p = ParseAttentionBlockProblem(text);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return *p;
+}
+constexpr const char* kBlocks[] = {
+    "b=1,hq=4,hkv=4,d=8,q=5,kv=5,mask=causal,hidden=16,w=f32,qkv_bias=0,"
+    "wo=0",
+    "b=2,hq=6,hkv=2,d=7,q=3:0,kv=9:4,mask=causal,layout=bshd,hidden=33,"
+    "w=bf16,qkv_bias=1,wo=1",
+    "b=3,hq=8,hkv=1,d=16,q=1:1:1,kv=17:1:40,hidden=1,w=f32,qkv_bias=1,wo=1",
+    "b=1,hq=2,hkv=1,d=5,q=4,kv=11,mask=window:3,layout=tv,hidden=7,w=bf16,"
+    "qkv_bias=0,wo=1",
+    "b=2,hq=4,hkv=2,d=12,q=2:3,kv=6:3,mask=bias,hidden=24,w=f32,"
+    "qkv_bias=1,wo=0",
+};
+
+TEST(PluginTest, TheExamplePluginsBlockMatchesTheOracle) {
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  Backend* one[] = {b->get()};
+  uint64_t seed = 1;
+  for (const char* text : kBlocks) {
+    SCOPED_TRACE(text);
+    const AttentionBlockProblem p = Block(text);
+    ASSERT_TRUE((*b)->SupportsBlock(p).ok());
+    testing::ExpectBlockMatchesOracle(one, p, seed++);
+  }
+}
+
+// The same plug-in isolated in its worker (tensors in shared segments).
+TEST(PluginTest, TheExamplePluginsBlockInItsWorkerMatchesTheOracle) {
+  auto r = backends::RemoteBackend::Start({"", ATTNKIT_EXAMPLE_PLUGIN});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Backend* one[] = {r->get()};
+  uint64_t seed = 1;
+  for (const char* text : kBlocks) {
+    SCOPED_TRACE(text);
+    testing::ExpectBlockMatchesOracle(one, Block(text), seed++);
+  }
+  EXPECT_EQ((*r)->deaths(), 0);
+}
+
+// The block's contract through the adapter: the harness's validation names
+// a bad tensor before the plug-in sees it, the plug-in's own refusals come
+// back naming the plug-in, the entry and its message.
+TEST(PluginTest, BadBlockArgumentsAreNamed) {
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  AttentionBlockProblem p = Block(kBlocks[1]);
+  auto data = AttentionBlockData::Create(p);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  Rng rng(5, 0);
+  data->Fill(p, rng);
+  AttentionBlockArgs a = data->args();
+  a.wq.shape[3] -= 1;
+  Status s = (*b)->AttentionBlock(p, a);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("wq: shape[3]=41, expected 42", 0), 0u)
+      << s.ToString();
+  // wo given although the problem has no output projection.
+  p.output_projection = false;
+  s = (*b)->AttentionBlock(p, data->args());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "wo: given but wo=0");
+  p.output_projection = true;
+  p.hidden = 0;
+  s = (*b)->SupportsBlock(p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("hidden=0"), std::string::npos) << s.ToString();
+
+  auto small = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_SMALL);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  AttentionBlockProblem wide =
+      Block("b=1,hq=1,hkv=1,d=128,q=1,kv=2,hidden=4,w=f32,qkv_bias=0,wo=0");
+  s = (*small)->SupportsBlock(wide);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(),
+            "plugin example_small: supports_block: head_dim=128 exceeds 64");
+  // Called without asking first, its attention_block refuses as well.
+  auto wide_data = AttentionBlockData::Create(wide);
+  ASSERT_TRUE(wide_data.ok()) << wide_data.status().ToString();
+  wide_data->Fill(wide, rng);
+  s = (*small)->AttentionBlock(wide, wide_data->args());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "plugin example_small: attention_block: head_dim=128 exceeds 64");
+  // A case the plug-in declines is a skip with its reason.
+  Case c;
+  c.seed = 1;
+  c.problem = wide.attention;
+  c.hidden = wide.hidden;
+  const CheckResult declined = testing::RunOne(c, **small);
+  EXPECT_EQ(declined.outcome, Outcome::kSkipped) << declined.message;
+}
+
+// Tables built against an older header end before the block entries (the
+// variants hold them, with entries that fail every call, but claim the
+// shorter size): the loader must not read them -- the block is
+// UNIMPLEMENTED and block cases are skipped, never failed -- while the rest
+// of the table works.
+TEST(PluginTest, TablesEndingBeforeTheBlockEntriesHaveNoBlock) {
+  const struct {
+    const char* path;
+    size_t size;
+  } kOld[] = {
+      {ATTNKIT_EXAMPLE_PLUGIN_FIRST_V1, ATTNKIT_PLUGIN_V1_BASE_SIZE},
+      {ATTNKIT_EXAMPLE_PLUGIN_APPEND_KV_V1, ATTNKIT_PLUGIN_V1_APPEND_KV_SIZE},
+  };
+  const AttentionBlockProblem p = Block(kBlocks[1]);
+  auto data = AttentionBlockData::Create(p);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  for (const auto& old : kOld) {
+    auto b = plugin::LoadPlugin(old.path);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    const std::string why =
+        "plugin " + std::string((*b)->name()) +
+        ": no attention block (struct_size=" + std::to_string(old.size) +
+        " ends before attention_block: built against an "
+        "older attnkit_plugin.h)";
+    const Status s = (*b)->SupportsBlock(p);
+    EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(s.message(), why);
+    const Status called = (*b)->AttentionBlock(p, data->args());
+    EXPECT_EQ(called.code(), StatusCode::kUnimplemented);
+    EXPECT_EQ(called.message(), why);
+    Case c;
+    c.seed = 1;
+    c.problem = p.attention;
+    c.hidden = p.hidden;
+    c.weight_dtype = p.weight_dtype;
+    c.qkv_bias = p.qkv_bias;
+    c.output_projection = p.output_projection;
+    const CheckResult r = testing::RunOne(c, **b);
+    EXPECT_EQ(r.outcome, Outcome::kSkipped) << r.message;
+    // Its attention and (for the second) its own append still run.
+    for (const char* text : kDecodeCases) {
+      const CheckResult d = RunOne(CaseFrom(text), **b);
+      EXPECT_EQ(d.outcome, Outcome::kPass) << text << " " << d.message;
+    }
+  }
+}
+
+// A table whose block entries are NULL has no block (said so); one that
+// sets supports_block without attention_block is refused when loaded.
+TEST(PluginTest, NullBlockEntriesMeanNoBlockAndAHalfBlockIsRefused) {
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_NO_BLOCK);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const AttentionBlockProblem p = Block(kBlocks[0]);
+  const Status s = (*b)->SupportsBlock(p);
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(),
+            "plugin example_no_block: no attention block (its "
+            "attention_block entry is NULL)");
+  Case c;
+  c.seed = 1;
+  c.problem = p.attention;
+  c.hidden = p.hidden;
+  EXPECT_EQ(RunOne(c, **b).outcome, Outcome::kSkipped);
+
+  auto half = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_SUPPORTS_BLOCK_ONLY);
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(half.status().message().find(
+                ": the table's supports_block entry is set but its "
+                "attention_block entry is NULL"),
+            std::string::npos)
+      << half.status().ToString();
+}
+
+struct BlockBugCase {
+  const char* plugin;
+  const char* name;
+  Outcome outcome;
+  const char* message;  // how the message on kBlocks[1] starts
+};
+
+const BlockBugCase kBlockBugs[] = {
+    {ATTNKIT_EXAMPLE_PLUGIN_BLOCK_K_WITH_WV, "example_block_k_with_wv",
+     Outcome::kKvCache, "k_cache[0,0,6,0] = "},
+    {ATTNKIT_EXAMPLE_PLUGIN_BLOCK_Q_SLICE_OFF_BY_ONE,
+     "example_block_q_slice_off_by_one", Outcome::kMismatch, ""},
+};
+
+// Planted block bugs in a plug-in are caught, in the process and isolated,
+// and by the campaign a user runs (with a reproducer that replays them).
+TEST(PluginTest, BlockBugsInAPluginAreCaught) {
+  const AttentionBlockProblem p = Block(kBlocks[1]);
+  Case c;
+  c.seed = 1;
+  c.problem = p.attention;
+  c.hidden = p.hidden;
+  c.weight_dtype = p.weight_dtype;
+  c.qkv_bias = p.qkv_bias;
+  c.output_projection = p.output_projection;
+  for (const BlockBugCase& bug : kBlockBugs) {
+    SCOPED_TRACE(bug.name);
+    auto b = plugin::LoadPlugin(bug.plugin);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ((*b)->name(), bug.name);
+    const CheckResult r = RunOne(c, **b);
+    EXPECT_EQ(OutcomeName(r.outcome), OutcomeName(bug.outcome)) << r.message;
+    EXPECT_EQ(r.message.rfind(bug.message, 0), 0u) << r.message;
+    auto remote = backends::RemoteBackend::Start({"", bug.plugin});
+    ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+    const CheckResult isolated = RunOne(c, **remote);
+    EXPECT_EQ(OutcomeName(isolated.outcome), OutcomeName(bug.outcome))
+        << isolated.message;
+
+    Backend* one[] = {b->get()};
+    CampaignOptions o;
+    o.tier = Tier::kSmoke;
+    o.cases = 100;
+    o.shrink_per_backend = 1;
+    const CampaignResult result = RunCampaign(o, one);
+    ASSERT_GT(result.failures, 0) << bug.name << " was never caught";
+    const FailureReport& f = result.reports.front();
+    EXPECT_TRUE(f.shrunk.is_block()) << f.shrunk.ToString();
+    auto replay = ReplayCase(f.shrunk.ToString(), one);
+    ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+    EXPECT_EQ(OutcomeName((*replay)[0].outcome), OutcomeName(f.result.outcome));
   }
 }
 

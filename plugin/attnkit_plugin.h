@@ -16,7 +16,8 @@
  * export both); compatible additions append fields and grow struct_size, and
  * the loader reads an appended field only when struct_size covers it: a
  * library built against an older header keeps working, its missing fields
- * taken as NULL. Fields added so far: append_kv (after attention).
+ * taken as NULL. Fields added so far: append_kv (after attention);
+ * supports_block and attention_block (after append_kv).
  *
  * Semantics are attnkit's (runtime/problem.h): logical shapes are
  * [batch, heads, seq, dim]; layouts are strides, in elements; query i of
@@ -40,7 +41,8 @@
  * error_capacity bytes even when no NUL is among them. UNSUPPORTED from
  * supports() makes the harness skip the problem (never a failure); any error
  * from attention() or append_kv() on a problem that supports() accepted is a
- * failure. Plug-ins must not throw across the ABI, print, or exit.
+ * failure; the same holds for supports_block() and attention_block().
+ * Plug-ins must not throw across the ABI, print, or exit.
  *
  * Threads: one instance is called from one thread at a time; a plug-in may
  * use threads inside a call.
@@ -51,6 +53,13 @@
  * the whole cache then equals the naive concatenation bit for bit (nothing
  * but the new tokens' positions changed), and call attention() on the cache
  * prefix (capacity-sized k/v views).
+ *
+ * Attention block: a plug-in with attention_block also gets the harness's
+ * block cases (about one in ten): the Q/K/V projections of x, the new
+ * tokens' K/V written into the cache slots, the attention over the cache
+ * and the optional output projection in one call (see
+ * attnkit_plugin_block_args below). Without it (NULL, or a table whose
+ * struct_size ends before it) those cases are skipped, never failed.
  */
 #ifndef ATTNKIT_RUNTIME_ATTNKIT_PLUGIN_H_
 #define ATTNKIT_RUNTIME_ATTNKIT_PLUGIN_H_
@@ -142,6 +151,65 @@ typedef struct attnkit_plugin_kv_append_args {
   const int64_t* new_lens;       /* [batch]: tokens to append, may be 0 */
 } attnkit_plugin_kv_append_args;
 
+/* The attention block (attnkit's runtime/attention_block.h): the
+ * Megatron-style Q/K/V projections of x around an attention, then an
+ * optional output projection. `attention` is the attention's problem as
+ * above: heads, head_dim, mask, scale, and the KV cache's layout and dtype
+ * (f32: the projections' f32 results are stored unrounded). Its
+ * q_lens[b] are the new tokens of sequence b (x's rows), kv_lens[b] >=
+ * q_lens[b] its context including them: prefill and decode are one
+ * problem. */
+typedef struct attnkit_plugin_block_problem {
+  attnkit_plugin_problem attention;
+  int64_t hidden;            /* x's width: 1 .. 65536 */
+  int32_t weight_dtype;      /* attnkit_plugin_dtype of wq, wk, wv, wo */
+  int32_t qkv_bias;          /* 1: bq, bk, bv are added after projecting */
+  int32_t output_projection; /* 1: out = attention * wo, else attention */
+  int32_t reserved;          /* 0 */
+} attnkit_plugin_block_problem;
+
+/* The tensors of one block call (rank 4 like every tensor here; f32 unless
+ * stated; every matrix has unit stride along its last dimension; hq, hkv,
+ * d are the problem's q_heads, kv_heads, head_dim):
+ *   x        [batch, 1, >= max q_len, hidden]
+ *   wq       [1, 1, hidden, hq*d] in weight_dtype; column h*d + e is head
+ *            h's element e (the Megatron column split)
+ *   wk, wv   [1, 1, hidden, hkv*d] in weight_dtype, columns as wq's
+ *   bq       [1, 1, 1, hq*d]; bk, bv [1, 1, 1, hkv*d] (qkv_bias only, else
+ *            data NULL)
+ *   wo       [1, 1, hq*d, hidden] in weight_dtype (output_projection only,
+ *            else data NULL): row h*d + e takes head h's element e
+ *   bias     the attention's additive bias (mask == BIAS only, else data
+ *            NULL), as attnkit_plugin_attention_args.bias
+ *   k_cache, v_cache  [batch, kv_heads, >= max kv_len, head_dim] in the
+ *            problem's layout (strides) and dtype: rows [0, kv_len - q_len)
+ *            of sequence b hold its context
+ *   out      [batch, 1, >= max q_len, hidden if output_projection else
+ *            hq*d]: rows i < q_lens[b] written, nothing else
+ * For token i < q_lens[b] of sequence b (x row i), with f32 math:
+ *   q = x[b,0,i,:] wq (+ bq), k = x[b,0,i,:] wk (+ bk), v likewise;
+ *   k and v (head h: columns h*d .. h*d + d-1) go to position
+ *   kv_lens[b] - q_lens[b] + i of k_cache/v_cache, every kv head;
+ *   a = the attention of q (query head h: columns h*d ..) over the cache
+ *   rows [0, kv_len), with the problem's mask, scale, GQA and bias --
+ *   query i at position kv_lens[b] - q_lens[b] + i as for attention();
+ *   out[b,0,i,:] = a wo when output_projection, else a.
+ * The block writes out's rows i < q_lens[b] and the cache's new slots
+ * [kv_len - q_len, kv_len) of every sequence and kv head, and nothing else:
+ * not x, the weights, the biases, not a cache row of the context or past
+ * kv_len (the harness fills those with NaN and compares every byte). Before
+ * the call the harness has checked every tensor's dtype, shape and unit
+ * last stride against the problem. */
+typedef struct attnkit_plugin_block_args {
+  attnkit_plugin_tensor x;
+  attnkit_plugin_tensor wq, wk, wv;
+  attnkit_plugin_tensor bq, bk, bv;
+  attnkit_plugin_tensor wo;
+  attnkit_plugin_tensor bias;
+  attnkit_plugin_tensor k_cache, v_cache;
+  attnkit_plugin_tensor out;
+} attnkit_plugin_block_args;
+
 typedef struct attnkit_plugin_v1_table {
   uint32_t abi_version; /* ATTNKIT_PLUGIN_ABI_VERSION */
   uint32_t struct_size; /* sizeof(attnkit_plugin_v1_table) */
@@ -182,11 +250,34 @@ typedef struct attnkit_plugin_v1_table {
   attnkit_plugin_status (*append_kv)(void* instance,
                                      const attnkit_plugin_kv_append_args* args,
                                      char* error, size_t error_capacity);
+
+  /* --- appended after append_kv (read only when struct_size covers them) */
+
+  /* OK when the plug-in can run the attention block `problem`, else
+   * UNSUPPORTED (or INVALID_ARGUMENT) with the reason: the harness skips
+   * that block case. May be NULL: every block supported (when
+   * attention_block is set). Set without attention_block, the loader
+   * refuses the table. */
+  attnkit_plugin_status (*supports_block)(
+      void* instance, const attnkit_plugin_block_problem* problem, char* error,
+      size_t error_capacity);
+
+  /* The attention block (attnkit_plugin_block_args above). May be NULL: the
+   * plug-in has no block, and the harness skips its block cases. Any error
+   * (message naming the field and value, e.g. "hidden=70000 exceeds 65536")
+   * on a block supports_block accepted fails the case. */
+  attnkit_plugin_status (*attention_block)(
+      void* instance, const attnkit_plugin_block_problem* problem,
+      const attnkit_plugin_block_args* args, char* error,
+      size_t error_capacity);
 } attnkit_plugin_v1_table;
 
 /* The smallest struct_size the loader accepts: the table through
  * `attention`, as v1 was first published (with no append_kv). */
 #define ATTNKIT_PLUGIN_V1_BASE_SIZE offsetof(attnkit_plugin_v1_table, append_kv)
+/* The table as it was with append_kv and before the block entries. */
+#define ATTNKIT_PLUGIN_V1_APPEND_KV_SIZE \
+  offsetof(attnkit_plugin_v1_table, supports_block)
 
 /* The one symbol a plug-in exports. */
 typedef const attnkit_plugin_v1_table* (*attnkit_plugin_v1_fn)(void);

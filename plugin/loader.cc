@@ -10,6 +10,7 @@
 
 #include "plugin/attnkit_plugin.h"
 #include "runtime/accounting.h"
+#include "runtime/attention_block.h"
 #include "runtime/enum_table.h"
 #include "runtime/problem.h"
 #include "runtime/text.h"
@@ -131,15 +132,50 @@ Status FromC(attnkit_plugin_status s, std::string_view what,
       std::to_string(static_cast<int>(s)) + ", not an attnkit_plugin_status");
 }
 
-using AppendKvFn = decltype(attnkit_plugin_v1_table::append_kv);
+attnkit_plugin_block_problem ToC(const AttentionBlockProblem& p) {
+  attnkit_plugin_block_problem c{};
+  c.attention = ToC(p.attention);
+  c.hidden = p.hidden;
+  c.weight_dtype = static_cast<int32_t>(p.weight_dtype);
+  c.qkv_bias = p.qkv_bias ? 1 : 0;
+  c.output_projection = p.output_projection ? 1 : 0;
+  return c;
+}
 
-// The table's append_kv, or null when struct_size (the size of the table the
-// plug-in was built with) ends before it: the bytes past a shorter table are
-// not the plug-in's, so the field is not even read.
+attnkit_plugin_block_args ToC(const AttentionBlockArgs& a) {
+  return {ToC(a.x),    ToC(a.wq),      ToC(a.wk),      ToC(a.wv),
+          ToC(a.bq),   ToC(a.bk),      ToC(a.bv),      ToC(a.wo),
+          ToC(a.bias), ToC(a.k_cache), ToC(a.v_cache), ToC(a.out)};
+}
+
+using AppendKvFn = decltype(attnkit_plugin_v1_table::append_kv);
+using SupportsBlockFn = decltype(attnkit_plugin_v1_table::supports_block);
+using AttentionBlockFn = decltype(attnkit_plugin_v1_table::attention_block);
+
+// Whether the table the plug-in was built with (struct_size bytes) holds
+// the appended field that ends at byte `end`. The bytes past a shorter table
+// are not the plug-in's, so a field it does not cover is not even read.
+constexpr bool Covers(const attnkit_plugin_v1_table* t, size_t end) {
+  return t->struct_size >= end;
+}
+constexpr size_t kAppendKvEnd = offsetof(attnkit_plugin_v1_table, append_kv) +
+                                sizeof(attnkit_plugin_v1_table::append_kv);
+constexpr size_t kSupportsBlockEnd =
+    offsetof(attnkit_plugin_v1_table, supports_block) +
+    sizeof(attnkit_plugin_v1_table::supports_block);
+constexpr size_t kAttentionBlockEnd =
+    offsetof(attnkit_plugin_v1_table, attention_block) +
+    sizeof(attnkit_plugin_v1_table::attention_block);
+
+// The table's appended entries, or null when struct_size ends before them.
 AppendKvFn AppendKvOf(const attnkit_plugin_v1_table* t) {
-  constexpr size_t kEnd = offsetof(attnkit_plugin_v1_table, append_kv) +
-                          sizeof(attnkit_plugin_v1_table::append_kv);
-  return t->struct_size >= kEnd ? t->append_kv : nullptr;
+  return Covers(t, kAppendKvEnd) ? t->append_kv : nullptr;
+}
+SupportsBlockFn SupportsBlockOf(const attnkit_plugin_v1_table* t) {
+  return Covers(t, kSupportsBlockEnd) ? t->supports_block : nullptr;
+}
+AttentionBlockFn AttentionBlockOf(const attnkit_plugin_v1_table* t) {
+  return Covers(t, kAttentionBlockEnd) ? t->attention_block : nullptr;
 }
 
 class PluginBackend final : public Backend {
@@ -149,6 +185,8 @@ class PluginBackend final : public Backend {
       : lib_(std::move(lib)),
         table_(table),
         append_kv_(AppendKvOf(table)),
+        supports_block_(SupportsBlockOf(table)),
+        attention_block_(AttentionBlockOf(table)),
         instance_(instance),
         name_(table->name) {}
   ~PluginBackend() override { table_->destroy(instance_); }
@@ -174,6 +212,30 @@ class PluginBackend final : public Backend {
                  "attention", name_, error);
   }
 
+  // The plug-in's attention_block when its table has one (UNIMPLEMENTED
+  // otherwise: the tester skips block cases), behind its supports_block.
+  Status SupportsBlock(const AttentionBlockProblem& p) const override {
+    if (attention_block_ == nullptr) return NoBlock();
+    // The C problem points into p's lengths: they must hold `batch` each.
+    ATTNKIT_RETURN_IF_ERROR(p.Validate());
+    if (supports_block_ == nullptr) return Status::Ok();
+    char error[kErrorCapacity] = {};
+    const attnkit_plugin_block_problem cp = ToC(p);
+    return FromC(supports_block_(instance_, &cp, error, kErrorGiven),
+                 "supports_block", name_, error);
+  }
+
+  Status AttentionBlock(const AttentionBlockProblem& p,
+                        const AttentionBlockArgs& args) override {
+    if (attention_block_ == nullptr) return NoBlock();
+    ATTNKIT_RETURN_IF_ERROR(ValidateBlockArgs(p, args));
+    char error[kErrorCapacity] = {};
+    const attnkit_plugin_block_problem cp = ToC(p);
+    const attnkit_plugin_block_args ca = ToC(args);
+    return FromC(attention_block_(instance_, &cp, &ca, error, kErrorGiven),
+                 "attention_block", name_, error);
+  }
+
   // The plug-in's append_kv when it has one, else the portable append. The
   // hook sees only validated arguments (its contract lets it trust them);
   // the bytes the contract lets it write are what it is charged as copied.
@@ -192,9 +254,22 @@ class PluginBackend final : public Backend {
   }
 
  private:
+  Status NoBlock() const {
+    return Status::Unimplemented(
+        "plugin " + name_ + ": no attention block (" +
+        (Covers(table_, kAttentionBlockEnd)
+             ? std::string("its attention_block entry is NULL")
+             : "struct_size=" + std::to_string(table_->struct_size) +
+                   " ends before attention_block: built against an older "
+                   "attnkit_plugin.h") +
+        ")");
+  }
+
   Library lib_;  // declared first: destroyed (dlclose) after the instance
   const attnkit_plugin_v1_table* table_;
   AppendKvFn append_kv_;
+  SupportsBlockFn supports_block_;
+  AttentionBlockFn attention_block_;
   void* instance_;
   std::string name_;
 };
@@ -250,6 +325,15 @@ StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path) {
   if (missing != nullptr) {
     return Status::InvalidArgument(at + ": the table's " + missing +
                                    " entry is NULL");
+  }
+  if (SupportsBlockOf(t) != nullptr && AttentionBlockOf(t) == nullptr) {
+    return Status::InvalidArgument(
+        at +
+        ": the table's supports_block entry is set but its "
+        "attention_block entry is " +
+        (Covers(t, kAttentionBlockEnd)
+             ? std::string("NULL")
+             : "past struct_size=" + std::to_string(t->struct_size)));
   }
   const std::string_view name = t->name == nullptr ? "" : t->name;
   bool name_ok = !name.empty() && name.size() <= 64;

@@ -19,6 +19,10 @@ namespace attnkit::plugin {
 // returned backend keeps the library loaded until it is destroyed. Its
 // AppendKv calls the table's append_kv when the table has one (struct_size
 // covers the field and it is not NULL), else attnkit's portable append.
+// SupportsBlock / AttentionBlock call the table's supports_block /
+// attention_block the same way, and answer UNIMPLEMENTED (saying why) when
+// it has no attention_block; AttentionBlock validates with
+// ValidateBlockArgs before the plug-in sees anything.
 StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path);
 
 }  // namespace attnkit::plugin

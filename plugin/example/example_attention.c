@@ -1,7 +1,9 @@
 /* An example attnkit plug-in in plain C: single-pass (online-softmax)
- * attention over strided views, every mask, layout and dtype, and its own
- * in-place KV append (the append_kv hook). It is what a user copies to test
- * their own kernel:
+ * attention over strided views, every mask, layout and dtype, its own
+ * in-place KV append (the append_kv hook) and the attention block (plain
+ * loops: the Q/K/V projections, K/V into the cache slots, the attention over
+ * the cache, the output projection). It is what a user copies to test their
+ * own kernel:
  *
  *   cc -O2 -shared -fPIC -I<attnkit> example_attention.c -o libexample.so -lm
  *   ./attnkit check --plugin ./libexample.so --backends example
@@ -10,8 +12,11 @@
  * version it claims (the loader must refuse it), EXAMPLE_PLUGIN_HEAD_DIM_MAX
  * makes supports() and append_kv reject larger head dims (the harness must
  * skip them), EXAMPLE_PLUGIN_NO_ENTRY exports the table under another name,
- * EXAMPLE_PLUGIN_TABLE_SIZE claims a shorter table (the loader must not read
- * past it), EXAMPLE_PLUGIN_APPEND_BUG plants a bug in the append,
+ * EXAMPLE_PLUGIN_TABLE_END claims a table that ends before the field it
+ * names (the loader must not read past it; EXAMPLE_PLUGIN_TABLE_SIZE claims
+ * a size outright), EXAMPLE_PLUGIN_APPEND_BUG plants a bug in the append,
+ * EXAMPLE_PLUGIN_BLOCK_BUG one in the block, EXAMPLE_PLUGIN_BLOCK_ENTRIES
+ * leaves the block's entries NULL,
  * EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE declines with a message that fills its
  * buffer without a NUL and starts with a terminal escape sequence, and
  * EXAMPLE_PLUGIN_MISBEHAVE builds the kernel that misbehaves as the
@@ -22,6 +27,7 @@
 #define _POSIX_C_SOURCE 200809L /* pause() */
 #endif
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +45,19 @@
 #define EXAMPLE_PLUGIN_HEAD_DIM_MAX 1024
 #endif
 #ifndef EXAMPLE_PLUGIN_TABLE_SIZE
+#ifdef EXAMPLE_PLUGIN_TABLE_END
+#define EXAMPLE_PLUGIN_TABLE_SIZE \
+  offsetof(attnkit_plugin_v1_table, EXAMPLE_PLUGIN_TABLE_END)
+#else
 #define EXAMPLE_PLUGIN_TABLE_SIZE sizeof(attnkit_plugin_v1_table)
 #endif
+#endif
+/* Whether the table this library claims holds `field`: an entry outside it
+ * must never be called (the loader may not even read it). */
+#define EXAMPLE_TABLE_HAS(field)              \
+  (EXAMPLE_PLUGIN_TABLE_SIZE >=               \
+   offsetof(attnkit_plugin_v1_table, field) + \
+       sizeof(((attnkit_plugin_v1_table*)0)->field))
 
 /* The bugs a hand-written KV append has; the harness must catch each. */
 #define EXAMPLE_APPEND_CORRECT 0
@@ -53,13 +70,44 @@
 #define EXAMPLE_PLUGIN_APPEND_BUG EXAMPLE_APPEND_CORRECT
 #endif
 
-/* Per-instance scratch: one query row and one accumulator row, grown on
- * demand (a real kernel sizes its workspace once per shape). */
+/* Bugs a hand-written attention block has; the harness must catch each. */
+#define EXAMPLE_BLOCK_CORRECT 0
+#define EXAMPLE_BLOCK_K_WITH_WV 1 /* K projected with Wv (and bv) */
+#define EXAMPLE_BLOCK_Q_SLICE_OFF_BY_ONE \
+  2 /* Q column c reads Wq's column c + 1 (wrapping) */
+#ifndef EXAMPLE_PLUGIN_BLOCK_BUG
+#define EXAMPLE_PLUGIN_BLOCK_BUG EXAMPLE_BLOCK_CORRECT
+#endif
+/* The block entries the table sets: 2 both, 1 supports_block alone (the
+ * loader must refuse that table), 0 neither (the plug-in has no block). */
+#ifndef EXAMPLE_PLUGIN_BLOCK_ENTRIES
+#define EXAMPLE_PLUGIN_BLOCK_ENTRIES 2
+#endif
+
+/* Per-instance scratch: one query row and one accumulator row, and the
+ * block's Q rows, attention rows and one token's K/V rows, grown on demand
+ * (a real kernel sizes its workspace once per shape). */
 typedef struct example_state {
   float* q;
   float* acc;
   int64_t capacity;
+  float* block_q;
+  int64_t block_q_capacity;
+  float* block_a;
+  int64_t block_a_capacity;
+  float* block_kv;
+  int64_t block_kv_capacity;
 } example_state;
+
+/* Grows *buf to at least n floats; 0 when out of memory. */
+static int grow(float** buf, int64_t* capacity, int64_t n) {
+  if (n <= *capacity) return 1;
+  float* p = (float*)realloc(*buf, (size_t)n * sizeof(float));
+  if (p == NULL) return 0;
+  *buf = p;
+  *capacity = n;
+  return 1;
+}
 
 static float load(const attnkit_plugin_tensor* t, int64_t i0, int64_t i1,
                   int64_t i2, int64_t i3) {
@@ -79,15 +127,18 @@ static float load(const attnkit_plugin_tensor* t, int64_t i0, int64_t i1,
 #include <unistd.h>
 
 /* ATTNKIT_TEST_MISBEHAVE=ACTION@ENTRY[+N]: entry point ENTRY (create,
- * supports, attention, append_kv) behaves for its first N calls (default 0)
- * in this process, then does ACTION on every call: segv (a write through a
- * null pointer), abort, hang (never returns), exit0 / exit3 (exit(0) /
- * exit(3) in the middle of the call), or print (a line to stdout and one to
- * stderr, then the correct result). Unset: a correct kernel. */
+ * supports, attention, append_kv, supports_block, attention_block) behaves for
+ * its first N calls (default 0) in this process, then does ACTION on every
+ * call: segv (a write through a null pointer), abort, hang (never returns),
+ * exit0 / exit3 (exit(0) / exit(3) in the middle of the call), or print (a line
+ * to stdout and one to stderr, then the correct result). Unset: a correct
+ * kernel. */
 static void misbehave(const char* entry) {
-  static int calls[4];
-  static const char* const kEntries[4] = {"create", "supports", "attention",
-                                          "append_kv"};
+  enum { kCount = 6 };
+  static int calls[kCount];
+  static const char* const kEntries[kCount] = {
+      "create",    "supports",       "attention",
+      "append_kv", "supports_block", "attention_block"};
   const char* spec = getenv("ATTNKIT_TEST_MISBEHAVE");
   const char* at = spec != NULL ? strchr(spec, '@') : NULL;
   if (at == NULL) return;
@@ -99,8 +150,9 @@ static void misbehave(const char* entry) {
     return;
   }
   int slot = 0;
-  while (slot < 4 && strcmp(kEntries[slot], entry) != 0) ++slot;
-  if (slot == 4 || calls[slot]++ < (plus != NULL ? atoi(plus + 1) : 0)) return;
+  while (slot < kCount && strcmp(kEntries[slot], entry) != 0) ++slot;
+  if (slot == kCount || calls[slot]++ < (plus != NULL ? atoi(plus + 1) : 0))
+    return;
 #define EXAMPLE_IS(word) \
   (action_len == strlen(word) && strncmp(spec, word, action_len) == 0)
   if (!EXAMPLE_IS("print")) {
@@ -145,15 +197,15 @@ static void example_destroy(void* instance) {
   example_state* s = (example_state*)instance;
   free(s->q);
   free(s->acc);
+  free(s->block_q);
+  free(s->block_a);
+  free(s->block_kv);
   free(s);
 }
 
-static attnkit_plugin_status example_supports(void* instance,
-                                              const attnkit_plugin_problem* p,
-                                              char* error,
-                                              size_t error_capacity) {
-  (void)instance;
-  MISBEHAVE("supports");
+/* What this build declines, for attention and block alike. */
+static attnkit_plugin_status declines(const attnkit_plugin_problem* p,
+                                      char* error, size_t error_capacity) {
   if (p->head_dim > EXAMPLE_PLUGIN_HEAD_DIM_MAX) {
 #ifdef EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE
     /* A hostile message: a terminal escape sequence, then every byte it was
@@ -170,13 +222,22 @@ static attnkit_plugin_status example_supports(void* instance,
   return ATTNKIT_PLUGIN_OK;
 }
 
-static attnkit_plugin_status example_attention(
-    void* instance, const attnkit_plugin_problem* p,
-    const attnkit_plugin_attention_args* a, char* error,
-    size_t error_capacity) {
-  example_state* s = (example_state*)instance;
+static attnkit_plugin_status example_supports(void* instance,
+                                              const attnkit_plugin_problem* p,
+                                              char* error,
+                                              size_t error_capacity) {
+  (void)instance;
+  MISBEHAVE("supports");
+  return declines(p, error, error_capacity);
+}
+
+/* The attention itself (attention() and the block's attention over the
+ * cache both run it). */
+static attnkit_plugin_status attend(example_state* s,
+                                    const attnkit_plugin_problem* p,
+                                    const attnkit_plugin_attention_args* a,
+                                    char* error, size_t error_capacity) {
   const int64_t d = p->head_dim;
-  MISBEHAVE("attention");
   if (p->kv_heads < 1 || p->q_heads % p->kv_heads != 0) {
     snprintf(error, error_capacity,
              "kv_heads=%lld does not divide q_heads=%lld",
@@ -247,6 +308,14 @@ static attnkit_plugin_status example_attention(
   return ATTNKIT_PLUGIN_OK;
 }
 
+static attnkit_plugin_status example_attention(
+    void* instance, const attnkit_plugin_problem* p,
+    const attnkit_plugin_attention_args* a, char* error,
+    size_t error_capacity) {
+  MISBEHAVE("attention");
+  return attend((example_state*)instance, p, a, error, error_capacity);
+}
+
 static size_t dtype_size(int32_t dtype) {
   return dtype == ATTNKIT_PLUGIN_BF16 ? sizeof(uint16_t) : sizeof(float);
 }
@@ -284,7 +353,7 @@ static attnkit_plugin_status example_append_kv(
     size_t error_capacity) {
   (void)instance;
   MISBEHAVE("append_kv");
-  if (EXAMPLE_PLUGIN_TABLE_SIZE < sizeof(attnkit_plugin_v1_table)) {
+  if (!EXAMPLE_TABLE_HAS(append_kv)) {
     /* The test variant whose table claims to end before append_kv: the
      * loader must not even read the field, so reaching here is its bug. */
     snprintf(error, error_capacity,
@@ -324,6 +393,203 @@ static attnkit_plugin_status example_append_kv(
   return ATTNKIT_PLUGIN_OK;
 }
 
+/* The block's entries must not be reached through a table that claims to
+ * end before them (the loader's bug if they are). */
+static attnkit_plugin_status outside_the_table(const char* entry, char* error,
+                                               size_t error_capacity) {
+  snprintf(error, error_capacity,
+           "%s called although struct_size=%u ends before it", entry,
+           (unsigned)(EXAMPLE_PLUGIN_TABLE_SIZE));
+  return ATTNKIT_PLUGIN_INTERNAL;
+}
+
+static attnkit_plugin_status example_supports_block(
+    void* instance, const attnkit_plugin_block_problem* p, char* error,
+    size_t error_capacity) {
+  (void)instance;
+  MISBEHAVE("supports_block");
+  if (!EXAMPLE_TABLE_HAS(supports_block)) {
+    return outside_the_table("supports_block", error, error_capacity);
+  }
+  if (p->attention.dtype != ATTNKIT_PLUGIN_F32) {
+    snprintf(error, error_capacity,
+             "attention.dtype=%d: this block writes an f32 cache",
+             (int)p->attention.dtype);
+    return ATTNKIT_PLUGIN_UNSUPPORTED;
+  }
+  return declines(&p->attention, error, error_capacity);
+}
+
+/* x[b, 0, i, :] times the columns [0, width) of w (+ bias), into row[width]:
+ * f32, summed over hidden in order; bf16 weights widened as they are read. */
+static void project(const attnkit_plugin_tensor* x,
+                    const attnkit_plugin_tensor* w,
+                    const attnkit_plugin_tensor* bias, int64_t b, int64_t i,
+                    int64_t hidden, int64_t width, int64_t column_shift,
+                    float* row) {
+  for (int64_t c = 0; c < width; ++c) {
+    row[c] = 0.0f;
+  }
+  for (int64_t r = 0; r < hidden; ++r) {
+    const float xr = load(x, b, 0, i, r);
+    for (int64_t c = 0; c < width; ++c) {
+      int64_t col = c + column_shift;
+      if (col >= width) col -= width;
+      row[c] += xr * load(w, 0, 0, r, col);
+    }
+  }
+  if (bias->data != NULL) {
+    for (int64_t c = 0; c < width; ++c) row[c] += load(bias, 0, 0, 0, c);
+  }
+}
+
+/* Stores row[h * d + e] at cache[b, h, pos, e] (f32; any layout). */
+static void store_heads(const attnkit_plugin_tensor* cache, const float* row,
+                        int64_t b, int64_t pos, int64_t heads, int64_t d) {
+  float* base = (float*)cache->data;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t e = 0; e < d; ++e) {
+      base[b * cache->strides[0] + h * cache->strides[1] +
+           pos * cache->strides[2] + e * cache->strides[3]] = row[h * d + e];
+    }
+  }
+}
+
+/* The attention block in three passes: every new token's Q into a scratch
+ * of Q rows and its K/V straight into the cache slots, then the attention
+ * of those Q rows over the cache (attend()), then Wo (or a copy) into out. */
+static attnkit_plugin_status example_attention_block(
+    void* instance, const attnkit_plugin_block_problem* bp,
+    const attnkit_plugin_block_args* a, char* error, size_t error_capacity) {
+  example_state* s = (example_state*)instance;
+  const attnkit_plugin_problem* p = &bp->attention;
+  MISBEHAVE("attention_block");
+  if (!EXAMPLE_TABLE_HAS(attention_block)) {
+    return outside_the_table("attention_block", error, error_capacity);
+  }
+  /* The harness checked all of this; a kernel that trusts nobody names
+   * what it rejects all the same. */
+  if (bp->hidden < 1) {
+    snprintf(error, error_capacity, "hidden=%lld is not positive",
+             (long long)bp->hidden);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
+  if (bp->weight_dtype != ATTNKIT_PLUGIN_F32 &&
+      bp->weight_dtype != ATTNKIT_PLUGIN_BF16) {
+    snprintf(error, error_capacity,
+             "weight_dtype=%d is neither f32 (%d) nor bf16 (%d)",
+             (int)bp->weight_dtype, ATTNKIT_PLUGIN_F32, ATTNKIT_PLUGIN_BF16);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
+  if (a->k_cache.dtype != ATTNKIT_PLUGIN_F32 ||
+      a->v_cache.dtype != ATTNKIT_PLUGIN_F32) {
+    snprintf(error, error_capacity,
+             "k_cache.dtype=%d, v_cache.dtype=%d: this block writes an f32 "
+             "cache",
+             (int)a->k_cache.dtype, (int)a->v_cache.dtype);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
+  if (p->kv_heads < 1 || p->q_heads % p->kv_heads != 0) {
+    snprintf(error, error_capacity,
+             "kv_heads=%lld does not divide q_heads=%lld",
+             (long long)p->kv_heads, (long long)p->q_heads);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
+  if (p->head_dim > EXAMPLE_PLUGIN_HEAD_DIM_MAX) {
+    /* What supports_block declines, refused when called anyway. */
+    snprintf(error, error_capacity, "head_dim=%lld exceeds %d",
+             (long long)p->head_dim, EXAMPLE_PLUGIN_HEAD_DIM_MAX);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
+  {
+    /* A tensor with elements must have data (one without, e.g. x of a
+     * batch with no new token, may be NULL). */
+    const attnkit_plugin_tensor* const needed[] = {
+        &a->x,       &a->wq,
+        &a->wk,      &a->wv,
+        &a->k_cache, &a->v_cache,
+        &a->out,     bp->output_projection ? &a->wo : NULL};
+    static const char* const kNames[] = {"x",       "wq",      "wk",  "wv",
+                                         "k_cache", "v_cache", "out", "wo"};
+    for (int t = 0; t < 8; ++t) {
+      if (needed[t] != NULL && needed[t]->data == NULL &&
+          needed[t]->shape[0] * needed[t]->shape[1] * needed[t]->shape[2] *
+                  needed[t]->shape[3] >
+              0) {
+        snprintf(error, error_capacity, "%s.data is NULL", kNames[t]);
+        return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+      }
+    }
+  }
+  const int64_t d = p->head_dim, hidden = bp->hidden;
+  const int64_t q_width = p->q_heads * d, kv_width = p->kv_heads * d;
+  int64_t max_q = 0;
+  for (int64_t b = 0; b < p->batch; ++b) {
+    if (p->q_lens[b] > max_q) max_q = p->q_lens[b];
+  }
+  const int64_t rows = p->batch * max_q;
+  if (!grow(&s->block_q, &s->block_q_capacity, rows * q_width) ||
+      !grow(&s->block_a, &s->block_a_capacity, rows * q_width) ||
+      !grow(&s->block_kv, &s->block_kv_capacity, kv_width)) {
+    snprintf(error, error_capacity,
+             "out of memory for %lld rows of q_width=%lld", (long long)rows,
+             (long long)q_width);
+    return ATTNKIT_PLUGIN_INTERNAL;
+  }
+  const int64_t q_shift =
+      EXAMPLE_PLUGIN_BLOCK_BUG == EXAMPLE_BLOCK_Q_SLICE_OFF_BY_ONE ? 1 : 0;
+  const int k_with_wv = EXAMPLE_PLUGIN_BLOCK_BUG == EXAMPLE_BLOCK_K_WITH_WV;
+  for (int64_t b = 0; b < p->batch; ++b) {
+    const int64_t ql = p->q_lens[b], first = p->kv_lens[b] - ql;
+    for (int64_t i = 0; i < ql; ++i) {
+      project(&a->x, &a->wq, &a->bq, b, i, hidden, q_width, q_shift,
+              s->block_q + (b * max_q + i) * q_width);
+      project(&a->x, k_with_wv ? &a->wv : &a->wk, k_with_wv ? &a->bv : &a->bk,
+              b, i, hidden, kv_width, 0, s->block_kv);
+      store_heads(&a->k_cache, s->block_kv, b, first + i, p->kv_heads, d);
+      project(&a->x, &a->wv, &a->bv, b, i, hidden, kv_width, 0, s->block_kv);
+      store_heads(&a->v_cache, s->block_kv, b, first + i, p->kv_heads, d);
+    }
+  }
+  /* The Q rows and the attention's rows as [batch, q_heads, max_q, d]
+   * views: head h of token i is columns [h * d, h * d + d) of row i. */
+  attnkit_plugin_tensor q = {0}, att = {0};
+  q.data = s->block_q;
+  att.data = s->block_a;
+  q.dtype = att.dtype = ATTNKIT_PLUGIN_F32;
+  q.shape[0] = att.shape[0] = p->batch;
+  q.shape[1] = att.shape[1] = p->q_heads;
+  q.shape[2] = att.shape[2] = max_q;
+  q.shape[3] = att.shape[3] = d;
+  q.strides[0] = att.strides[0] = max_q * q_width;
+  q.strides[1] = att.strides[1] = d;
+  q.strides[2] = att.strides[2] = q_width;
+  q.strides[3] = att.strides[3] = 1;
+  const attnkit_plugin_attention_args args = {q, a->k_cache, a->v_cache,
+                                              a->bias, att};
+  const attnkit_plugin_status st = attend(s, p, &args, error, error_capacity);
+  if (st != ATTNKIT_PLUGIN_OK) return st;
+  float* out = (float*)a->out.data;
+  const int64_t out_width = bp->output_projection ? hidden : q_width;
+  for (int64_t b = 0; b < p->batch; ++b) {
+    for (int64_t i = 0; i < p->q_lens[b]; ++i) {
+      const float* row = s->block_a + (b * max_q + i) * q_width;
+      float* o = out + b * a->out.strides[0] + i * a->out.strides[2];
+      for (int64_t c = 0; c < out_width; ++c) o[c * a->out.strides[3]] = 0.0f;
+      if (!bp->output_projection) {
+        for (int64_t c = 0; c < q_width; ++c) o[c * a->out.strides[3]] = row[c];
+        continue;
+      }
+      for (int64_t r = 0; r < q_width; ++r) {
+        for (int64_t c = 0; c < hidden; ++c) {
+          o[c * a->out.strides[3]] += row[r] * load(&a->wo, 0, 0, r, c);
+        }
+      }
+    }
+  }
+  return ATTNKIT_PLUGIN_OK;
+}
+
 static const attnkit_plugin_v1_table kTable = {
     EXAMPLE_PLUGIN_ABI_VERSION,
     (uint32_t)(EXAMPLE_PLUGIN_TABLE_SIZE),
@@ -333,6 +599,8 @@ static const attnkit_plugin_v1_table kTable = {
     example_supports,
     example_attention,
     example_append_kv,
+    EXAMPLE_PLUGIN_BLOCK_ENTRIES >= 1 ? example_supports_block : NULL,
+    EXAMPLE_PLUGIN_BLOCK_ENTRIES >= 2 ? example_attention_block : NULL,
 };
 
 /* EXAMPLE_PLUGIN_NO_ENTRY builds a library whose only export has the wrong
