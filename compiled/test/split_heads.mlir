@@ -5,14 +5,16 @@
 // the innermost loop (rows x reduction x columns for the matmul).
 // RUN: attnkit-opt %s --split-input-file --attnkit-split-heads --verify-diagnostics | FileCheck %s
 
-// 2 KV heads x 2 query heads x D 16, hidden 64; out = the heads back as rows.
-// No matmul of all heads' columns is left outside the loop.
+// 2 KV heads x 2 query heads x D 16 (hq·d = 64), hidden 48; out = the heads
+// back as rows. No [s, hq·d] tensor (all heads' queries) and no matmul is
+// left outside the loop.
 // CHECK-LABEL: func.func @block
 // CHECK-NOT: linalg.matmul
+// CHECK-NOT: tensor<?x64xf32>
 // CHECK: scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
 // CHECK: %[[COL:.*]] = affine.linearize_index disjoint [%[[H]], %{{.*}}, %{{.*}}] by (2, 2, 16)
-// CHECK: %[[WQ:.*]] = tensor.extract_slice %arg1[0, %[[COL]]] [64, 32] [1, 1] : tensor<64x64xf32> to tensor<64x32xf32>
-// CHECK: linalg.generic {indexing_maps = [#[[X:.*]], #[[W:.*]], #[[Q:.*]]], iterator_types = ["parallel", "reduction", "parallel"]} ins(%{{.*}}, %[[WQ]] : tensor<?x64xf32>, tensor<64x32xf32>)
+// CHECK: %[[WQ:.*]] = tensor.extract_slice %arg1[0, %[[COL]]] [48, 32] [1, 1] : tensor<48x64xf32> to tensor<48x32xf32>
+// CHECK: linalg.generic {indexing_maps = [#[[X:.*]], #[[W:.*]], #[[Q:.*]]], iterator_types = ["parallel", "reduction", "parallel"]} ins(%{{.*}}, %[[WQ]] : tensor<?x48xf32>, tensor<48x32xf32>)
 // CHECK: arith.mulf {{.*}} fastmath<contract>
 // CHECK: } -> tensor<?x32xf32>
 // CHECK: tensor.expand_shape {{.*}} into tensor<?x1x2x16xf32>
@@ -23,17 +25,18 @@
 // CHECK: scf.yield
 // CHECK: } {attnkit.flash_role = #attnkit.flash_role<head_loop>}
 // CHECK-NOT: linalg.matmul
+// CHECK-NOT: tensor<?x64xf32>
 // CHECK-NOT: attnkit.attention
 // CHECK: return
-func.func @block(%x: tensor<?x64xf32>, %wq: tensor<64x64xf32>,
+func.func @block(%x: tensor<?x48xf32>, %wq: tensor<48x64xf32>,
                  %k: tensor<2x?x16xf32>, %v: tensor<2x?x16xf32>,
                  %s: f32) -> tensor<?x2x2x16xf32> {
   %c0 = arith.constant 0 : index
   %zero = arith.constant 0.0 : f32
-  %n = tensor.dim %x, %c0 : tensor<?x64xf32>
+  %n = tensor.dim %x, %c0 : tensor<?x48xf32>
   %e = tensor.empty(%n) : tensor<?x64xf32>
   %init = linalg.fill ins(%zero : f32) outs(%e : tensor<?x64xf32>) -> tensor<?x64xf32>
-  %q = linalg.matmul ins(%x, %wq : tensor<?x64xf32>, tensor<64x64xf32>)
+  %q = linalg.matmul ins(%x, %wq : tensor<?x48xf32>, tensor<48x64xf32>)
       outs(%init : tensor<?x64xf32>) -> tensor<?x64xf32>
   %q4 = tensor.expand_shape %q [[0], [1, 2, 3]] output_shape [%n, 2, 2, 16]
       : tensor<?x64xf32> into tensor<?x2x2x16xf32>
