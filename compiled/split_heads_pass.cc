@@ -150,12 +150,45 @@ void toSingleGroup(AttentionOp op, RewriterBase &rewriter) {
   rewriter.replaceOp(op, results);
 }
 
+/// Rows per tile of a contraction's run-time-sized parallel dims (tokens,
+/// a band of heads): the weight row a reduction step reads is reused from L1
+/// across the tile's rows, and the output tile stays in L2.
+constexpr int64_t kRowTile = 16;
+
+/// `generic`'s loops with the reductions first, then its parallel loops,
+/// then the output's last dimension innermost: the unit-stride dimension of
+/// the output and of the weights, a parallel loop LLVM vectorizes (a named
+/// matmul's innermost loop is its reduction, which reads the weights with a
+/// stride). Multiplies and adds may contract into FMAs.
+LogicalResult interchangeForUnitStride(linalg::GenericOp generic,
+                                       RewriterBase &rewriter) {
+  AffineMap out = generic.getIndexingMapMatchingResult(generic->getResult(0));
+  auto last = dyn_cast<AffineDimExpr>(out.getResults().back());
+  if (!last)
+    return success();
+  SmallVector<unsigned> order;
+  SmallVector<utils::IteratorType> iters = generic.getIteratorTypesArray();
+  for (bool reductions : {true, false})
+    for (unsigned i = 0; i < generic.getNumLoops(); ++i)
+      if (i != last.getPosition() &&
+          (iters[i] == utils::IteratorType::reduction) == reductions)
+        order.push_back(i);
+  order.push_back(last.getPosition());
+  if (failed(linalg::interchangeGenericOp(rewriter, generic, order)))
+    return generic->emitOpError("could not be interchanged");
+  generic.getBody()->walk([&](Operation *arith) {
+    if (auto fm = dyn_cast<arith::ArithFastMathInterface>(arith))
+      arith->setAttr(fm.getFastMathAttrName(),
+                     arith::FastMathFlagsAttr::get(
+                         arith->getContext(), arith::FastMathFlags::contract));
+  });
+  return success();
+}
+
 /// The block's contractions (the projections, sliced or not, and Wo) as
-/// generics whose innermost loop walks their output's last dimension: the
-/// unit-stride dimension of the output and of the weights, a parallel loop
-/// LLVM vectorizes (a named matmul's innermost loop is its reduction, which
-/// reads the weights with a stride). Multiplies and adds may contract into
-/// FMAs.
+/// generics tiled by kRowTile along their run-time-sized parallel dims but
+/// the innermost, each tile in interchangeForUnitStride's order: for each
+/// reduction step, the tile's rows, then a vectorized row of columns.
 LogicalResult orderForUnitStride(func::FuncOp fn, RewriterBase &rewriter) {
   SmallVector<linalg::LinalgOp> contractions;
   fn.walk([&](linalg::LinalgOp op) {
@@ -173,22 +206,30 @@ LogicalResult orderForUnitStride(func::FuncOp fn, RewriterBase &rewriter) {
     }
     AffineMap out = generic.getIndexingMapMatchingResult(generic->getResult(0));
     auto last = dyn_cast<AffineDimExpr>(out.getResults().back());
-    if (!last)
-      continue;
-    SmallVector<unsigned> order;
+    SmallVector<int64_t> ranges = generic.getStaticLoopRanges();
+    SmallVector<utils::IteratorType> iters = generic.getIteratorTypesArray();
+    SmallVector<OpFoldResult> tiles(generic.getNumLoops(),
+                                    rewriter.getIndexAttr(0));
+    bool tiled = false;
     for (unsigned i = 0; i < generic.getNumLoops(); ++i)
-      if (i != last.getPosition())
-        order.push_back(i);
-    order.push_back(last.getPosition());
-    if (failed(linalg::interchangeGenericOp(rewriter, generic, order)))
-      return generic->emitOpError("could not be interchanged");
-    generic.getBody()->walk([&](Operation *arith) {
-      if (auto fm = dyn_cast<arith::ArithFastMathInterface>(arith))
-        arith->setAttr(
-            fm.getFastMathAttrName(),
-            arith::FastMathFlagsAttr::get(arith->getContext(),
-                                          arith::FastMathFlags::contract));
-    });
+      if (iters[i] == utils::IteratorType::parallel &&
+          ShapedType::isDynamic(ranges[i]) &&
+          (!last || i != last.getPosition())) {
+        tiles[i] = rewriter.getIndexAttr(kRowTile);
+        tiled = true;
+      }
+    if (tiled) {
+      scf::SCFTilingOptions options;
+      options.setTileSizes(tiles);
+      FailureOr<scf::SCFTilingResult> t = scf::tileUsingSCF(
+          rewriter, cast<TilingInterface>(generic.getOperation()), options);
+      if (failed(t) || t->tiledOps.size() != 1)
+        return generic->emitOpError("could not be tiled by rows");
+      rewriter.replaceOp(generic, t->replacements);
+      generic = cast<linalg::GenericOp>(t->tiledOps.front());
+    }
+    if (failed(interchangeForUnitStride(generic, rewriter)))
+      return failure();
   }
   return success();
 }

@@ -61,9 +61,12 @@
 #include "compiled/vector_emitter.h"
 #include "compiled/vectorize_match.h"
 
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Pass/Pass.h"
 
@@ -80,9 +83,88 @@ using vectorize::Emitter;
 using vectorize::FlashLoop;
 using vectorize::matchFlashLoop;
 
+/// A memref type for `t` that any of its buffers casts to: dynamic strides
+/// and offset but a unit innermost stride (the emitter's vector loads).
+MemRefType anyLayoutOf(RankedTensorType t) {
+  SmallVector<int64_t> strides(t.getRank(), ShapedType::kDynamic);
+  strides.back() = 1;
+  return MemRefType::get(
+      t.getShape(), t.getElementType(),
+      StridedLayoutAttr::get(t.getContext(), ShapedType::kDynamic, strides));
+}
+
+/// The flash loop of an attention computed inside a loop (an attention
+/// block's head loop: its Q is a projection, its K/V slices of the cache
+/// tensor, its results consumed by tensor ops) reads and writes memrefs
+/// here as the emitter needs: each tile op's source tensor through a
+/// read-only bufferization.to_buffer (one-shot-bufferize resolves it to the
+/// tensor's buffer), each result into a fresh buffer the rest reads back
+/// with to_tensor.
+void bindToBuffers(scf::ForOp outer) {
+  OpBuilder b(outer);
+  Location loc = outer.getLoc();
+  auto bind = [&](Value tileOperand) {
+    auto slice = tileOperand.getDefiningOp<tensor::ExtractSliceOp>();
+    if (!slice || slice.getSource().getDefiningOp<bufferization::ToTensorOp>())
+      return;
+    Value src = slice.getSource();
+    auto type = cast<RankedTensorType>(src.getType());
+    Value buffer = bufferization::ToBufferOp::create(b, loc, anyLayoutOf(type),
+                                                     src, /*read_only=*/true);
+    Value view = bufferization::ToTensorOp::create(
+        b, loc, type, buffer, /*restrict=*/true, /*writable=*/false);
+    src.replaceUsesWithIf(view, [&](OpOperand &use) {
+      return outer->isAncestor(use.getOwner());
+    });
+  };
+  outer.getBody()->walk([&](linalg::GenericOp op) {
+    if (hasFlashRole(op, FlashRole::Qk)) {
+      bind(op.getDpsInputs()[0]);
+      bind(op.getDpsInputs()[1]);
+    } else if (hasFlashRole(op, FlashRole::Pv)) {
+      bind(op.getDpsInputs()[1]);
+    } else if (hasFlashRole(op, FlashRole::Modifier) &&
+               op.getNumDpsInputs() == 2) {
+      bind(op.getDpsInputs()[1]);
+    }
+  });
+  b.setInsertionPointAfter(outer);
+  for (unsigned r = 0; r < 2; ++r) {
+    Value res = outer.getResult(r);
+    if (res.hasOneUse() &&
+        isa<bufferization::MaterializeInDestinationOp>(*res.getUsers().begin()))
+      continue;
+    auto type = cast<RankedTensorType>(res.getType());
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(outer);
+    SmallVector<Value> dynamic;
+    for (int64_t i = 0; i < type.getRank(); ++i)
+      if (type.isDynamicDim(i))
+        dynamic.push_back(
+            tensor::DimOp::create(b, loc, outer.getInitArgs()[r], i));
+    Value buffer = memref::AllocOp::create(
+        b, loc, MemRefType::get(type.getShape(), type.getElementType()),
+        dynamic, b.getI64IntegerAttr(64));
+    b.setInsertionPointAfter(outer);
+    auto mat = bufferization::MaterializeInDestinationOp::create(
+        b, loc, TypeRange{}, res, buffer, /*restrict=*/true,
+        /*writable=*/true);
+    Value back = bufferization::ToTensorOp::create(b, loc, type, buffer,
+                                                   /*restrict=*/true,
+                                                   /*writable=*/false);
+    res.replaceAllUsesExcept(back, mat);
+  }
+}
+
 class VectorizeFlashPass : public impl::VectorizeFlashBase<VectorizeFlashPass> {
 public:
   void runOnOperation() override {
+    // Attentions inside other loops first get memrefs to work on.
+    getOperation().walk([&](scf::ForOp op) {
+      if (hasFlashRole(op, FlashRole::QueryLoop) &&
+          op->getParentOfType<scf::ForOp>())
+        bindToBuffers(op);
+    });
     SmallVector<FlashLoop> loops;
     getOperation().walk([&](scf::ForOp op) {
       if (!hasFlashRole(op, FlashRole::QueryLoop))

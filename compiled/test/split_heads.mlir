@@ -1,8 +1,9 @@
 // attnkit-split-heads: the attention block tiled over its KV heads by
 // upstream's tile-and-fuse, the Q projection (matmul, expand_shape,
 // transpose) fused into the head loop on its head's columns of Wq; then
-// every contraction generalized with its output's unit-stride dimension as
-// the innermost loop (rows x reduction x columns for the matmul).
+// every contraction generalized, tiled by 16 along its run-time-sized rows
+// (tokens), and each tile ordered reduction x rows x columns, the output's
+// unit-stride dimension innermost.
 // RUN: attnkit-opt %s --split-input-file --attnkit-split-heads --verify-diagnostics | FileCheck %s
 
 // 2 KV heads x 2 query heads x D 16 (hq·d = 64), hidden 48; out = the heads
@@ -14,7 +15,9 @@
 // CHECK: scf.for %[[H:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
 // CHECK: %[[COL:.*]] = affine.linearize_index disjoint [%[[H]], %{{.*}}, %{{.*}}] by (2, 2, 16)
 // CHECK: %[[WQ:.*]] = tensor.extract_slice %arg1[0, %[[COL]]] [48, 32] [1, 1] : tensor<48x64xf32> to tensor<48x32xf32>
-// CHECK: linalg.generic {indexing_maps = [#[[X:.*]], #[[W:.*]], #[[Q:.*]]], iterator_types = ["parallel", "reduction", "parallel"]} ins(%{{.*}}, %[[WQ]] : tensor<?x48xf32>, tensor<48x32xf32>)
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c16
+// CHECK: %[[WQT:.*]] = tensor.extract_slice %[[WQ]][0, 0] [48, 32] [1, 1]
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #{{.*}}, #{{.*}}], iterator_types = ["reduction", "parallel", "parallel"]} ins(%{{.*}}, %[[WQT]] : tensor<?x48xf32>, tensor<48x32xf32>)
 // CHECK: arith.mulf {{.*}} fastmath<contract>
 // CHECK: } -> tensor<?x32xf32>
 // CHECK: tensor.expand_shape {{.*}} into tensor<?x1x2x16xf32>
@@ -68,7 +71,9 @@ func.func @block(%x: tensor<?x48xf32>, %wq: tensor<48x64xf32>,
 // CHECK: attnkit.attention q(%{{.*}} : tensor<2x?x16xf32>)
 // CHECK: tensor.extract_slice %arg4[%{{.*}}, %{{.*}}] [32, 64]
 // CHECK: %[[YS:.*]] = tensor.extract_slice %[[Y]]
-// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "reduction", "reduction", "reduction", "parallel"]} {{.*}} outs(%[[YS]] : tensor<?x64xf32>)
+// CHECK: scf.for {{.*}} step %{{.*}} iter_args(%{{.*}} = %[[YS]])
+// CHECK: linalg.generic {{.*}} iterator_types = ["reduction", "reduction", "reduction", "parallel", "parallel"]}
+// CHECK: scf.yield
 // CHECK: } {attnkit.flash_role = #attnkit.flash_role<head_loop>}
 #o = affine_map<(t, c, h, g, e) -> (h, g, t, e)>
 #w = affine_map<(t, c, h, g, e) -> (h, g, e, c)>
