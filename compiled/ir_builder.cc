@@ -254,6 +254,17 @@ OwningOpRef<ModuleOp> buildKvAppend(MLIRContext &ctx, const AppendSpec &spec) {
 
 namespace {
 
+/// The body of the block's contractions: acc + x · w, a bf16 weight widened
+/// to f32 first.
+void multiplyAccumulate(OpBuilder &b, Location loc, ValueRange args) {
+  Value w = args[1];
+  if (!w.getType().isF32())
+    w = arith::ExtFOp::create(b, loc, b.getF32Type(), w);
+  Value product = arith::MulFOp::create(b, loc, args[0], w);
+  linalg::YieldOp::create(
+      b, loc, ValueRange{arith::AddFOp::create(b, loc, args[2], product)});
+}
+
 /// The attention block of one spec (buildAttentionBlock).
 class BlockBuilder {
 public:
@@ -447,20 +458,10 @@ Value BlockBuilder::projectIntoCache(const Args &a, Value w, Value bias,
   SmallVector<IteratorType> iters{
       IteratorType::parallel, IteratorType::parallel, IteratorType::reduction,
       IteratorType::parallel};
-  Value projected =
-      linalg::GenericOp::create(
-          b_, TypeRange{slots.getType()}, ValueRange{a.x, wHeads},
-          ValueRange{init}, maps, iters,
-          [&](OpBuilder &nb, Location loc, ValueRange args) {
-            Value wv = args[1];
-            if (!wv.getType().isF32())
-              wv = arith::ExtFOp::create(nb, loc, nb.getF32Type(), wv);
-            Value prod = arith::MulFOp::create(nb, loc, args[0], wv);
-            linalg::YieldOp::create(
-                nb, loc,
-                ValueRange{arith::AddFOp::create(nb, loc, args[2], prod)});
-          })
-          .getResult(0);
+  Value projected = linalg::GenericOp::create(
+                        b_, TypeRange{slots.getType()}, ValueRange{a.x, wHeads},
+                        ValueRange{init}, maps, iters, multiplyAccumulate)
+                        .getResult(0);
   return tensor::InsertSliceOp::create(b_, projected, cache, offsets, sizes,
                                        ones);
 }
@@ -501,22 +502,13 @@ void BlockBuilder::emitOutput(const Args &a, Value o) {
       IteratorType::parallel, IteratorType::parallel, IteratorType::reduction,
       IteratorType::reduction, IteratorType::reduction};
   Value init = zeros({s_, hidden_});
-  Value y =
-      linalg::GenericOp::create(
-          b_, TypeRange{init.getType()}, ValueRange{o, wo}, ValueRange{init},
-          SmallVector<AffineMap>{map({h, gi, t, e}), map({h, gi, e, c}),
-                                 map({t, c})},
-          iters,
-          [&](OpBuilder &nb, Location loc, ValueRange args) {
-            Value wv = args[1];
-            if (!wv.getType().isF32())
-              wv = arith::ExtFOp::create(nb, loc, nb.getF32Type(), wv);
-            Value prod = arith::MulFOp::create(nb, loc, args[0], wv);
-            linalg::YieldOp::create(
-                nb, loc,
-                ValueRange{arith::AddFOp::create(nb, loc, args[2], prod)});
-          })
-          .getResult(0);
+  Value y = linalg::GenericOp::create(b_, TypeRange{init.getType()},
+                                      ValueRange{o, wo}, ValueRange{init},
+                                      SmallVector<AffineMap>{map({h, gi, t, e}),
+                                                             map({h, gi, e, c}),
+                                                             map({t, c})},
+                                      iters, multiplyAccumulate)
+                .getResult(0);
   bufferization::MaterializeInDestinationOp::create(
       b_, TypeRange{}, y, a.out, /*restrict=*/true, /*writable=*/true);
 }

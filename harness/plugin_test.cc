@@ -34,6 +34,13 @@ constexpr const char* kDecodeCases[] = {
     "layout=tv",
 };
 
+void ExpectDecodeCasesPass(Backend& b) {
+  for (const char* text : kDecodeCases) {
+    const CheckResult r = RunOne(CaseFrom(text), b);
+    EXPECT_EQ(r.outcome, Outcome::kPass) << text << " " << r.message;
+  }
+}
+
 TEST(PluginTest, TheExamplePluginLoadsAndPassesCases) {
   auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
@@ -192,10 +199,7 @@ TEST(PluginTest, TablesEndingBeforeTheBlockEntriesHaveNoBlock) {
     const CheckResult r = testing::RunOne(c, **b);
     EXPECT_EQ(r.outcome, Outcome::kSkipped) << r.message;
     // Its attention and (for the second) its own append still run.
-    for (const char* text : kDecodeCases) {
-      const CheckResult d = RunOne(CaseFrom(text), **b);
-      EXPECT_EQ(d.outcome, Outcome::kPass) << text << " " << d.message;
-    }
+    ExpectDecodeCasesPass(**b);
   }
 }
 
@@ -354,10 +358,7 @@ TEST(PluginTest, AnotherAbiVersionIsRefused) {
 TEST(PluginTest, TheExamplePluginsAppendHookPassesDecodeLoops) {
   auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  for (const char* text : kDecodeCases) {
-    const CheckResult r = RunOne(CaseFrom(text), **b);
-    EXPECT_EQ(r.outcome, Outcome::kPass) << text << " " << r.message;
-  }
+  ExpectDecodeCasesPass(**b);
 }
 
 // A table built against the first v1 header ends before append_kv. The
@@ -368,10 +369,7 @@ TEST(PluginTest, ATableEndingBeforeAppendKvLoadsAndGetsThePortableAppend) {
   auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_FIRST_V1);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ((*b)->name(), "example_first_v1");
-  for (const char* text : kDecodeCases) {
-    const CheckResult r = RunOne(CaseFrom(text), **b);
-    EXPECT_EQ(r.outcome, Outcome::kPass) << text << " " << r.message;
-  }
+  ExpectDecodeCasesPass(**b);
 }
 
 TEST(PluginTest, AStructSizeShorterThanTheFirstV1TableIsRefused) {
