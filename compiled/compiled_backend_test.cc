@@ -255,15 +255,8 @@ TEST(CompiledBlockTest, DecodeStepsAllocateAndCopyNothing) {
   const AttentionBlockArgs &a = d.value().args();
   ASSERT_TRUE(compiled->AttentionBlock(last, a).ok()); // compiles
   const int64_t compiles = globalKernelCache().compilations();
-  for (int64_t step = 8; step >= 0; --step) {
-    AttentionBlockProblem p = last;
-    p.attention.kv_lens = {48 - step, 40 - step};
-    accounting::Meter meter;
-    ASSERT_TRUE(compiled->AttentionBlock(p, a).ok());
-    const accounting::Counts c = meter.Read();
-    EXPECT_EQ(c.allocs, 0) << "step " << step;
-    EXPECT_EQ(c.bytes_copied, 0) << "step " << step;
-  }
+  harness::testing::ExpectBlockDecodeStepsAllocateAndCopyNothing(*compiled,
+                                                                 last, a, 8);
   EXPECT_EQ(globalKernelCache().compilations(), compiles);
   // Batch 1 splits the KV heads over the threads; Wo's partial sums live in
   // a workspace sized on the first call, then reused.

@@ -15,6 +15,8 @@
 #include "harness/case.h"
 #include "harness/report.h"
 #include "harness/runner.h"
+#include "runtime/accounting.h"
+#include "runtime/attention_block.h"
 #include "runtime/backend.h"
 #include "runtime/problem.h"
 #include "runtime/random.h"
@@ -113,6 +115,24 @@ inline std::vector<CheckResult> ExpectBlockMatchesOracle(
         << "\n  Replay: " << ReproducerCommand(c, x.backend);
   }
   return std::move(r).value();
+}
+
+// `steps` warm decode steps of `b`'s block (`last`'s contexts less `steps`,
+// then one more token each step, up to `last`), each metered: no allocation
+// and no byte copied -- the K/V projections' stores into the cache slots are
+// the step's only writes besides out.
+inline void ExpectBlockDecodeStepsAllocateAndCopyNothing(
+    Backend& b, const AttentionBlockProblem& last, const AttentionBlockArgs& a,
+    int64_t steps) {
+  for (int64_t step = steps; step >= 0; --step) {
+    AttentionBlockProblem p = last;
+    for (int64_t& kv : p.attention.kv_lens) kv -= step;
+    accounting::Meter meter;
+    ASSERT_TRUE(b.AttentionBlock(p, a).ok()) << "step " << step;
+    const accounting::Counts c = meter.Read();
+    EXPECT_EQ(c.allocs, 0) << "step " << step;
+    EXPECT_EQ(c.bytes_copied, 0) << "step " << step;
+  }
 }
 
 inline CheckResult ExpectMatchesOracle(

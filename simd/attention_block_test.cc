@@ -138,15 +138,8 @@ TEST(SimdAttentionBlockTest, DecodeStepsAllocateAndCopyNothingOnceWarm) {
     EXPECT_GE(meter.Read().allocs, 1);
     delete probe;
   }
-  for (int64_t step = 8; step >= 0; --step) {
-    AttentionBlockProblem p = last;
-    p.attention.kv_lens = {48 - step, 40 - step};
-    accounting::Meter meter;
-    ASSERT_TRUE(simd->AttentionBlock(p, a).ok());
-    const accounting::Counts c = meter.Read();
-    EXPECT_EQ(c.allocs, 0) << "step " << step;
-    EXPECT_EQ(c.bytes_copied, 0) << "step " << step;
-  }
+  harness::testing::ExpectBlockDecodeStepsAllocateAndCopyNothing(*simd, last, a,
+                                                                 8);
   // The unfused form, warm too, allocates nothing either, but its K/V go
   // through a transient buffer: the append copies them, and the meter sees
   // exactly those bytes (2 sequences x 1 token x K and V x hkv*d f32).
