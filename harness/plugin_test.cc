@@ -34,6 +34,16 @@ constexpr const char* kDecodeCases[] = {
     "layout=tv",
 };
 
+// The first `cases` smoke-tier cases on `backends`, a failure shrunk.
+CampaignResult SmokeCampaign(std::span<Backend* const> backends,
+                             int64_t cases) {
+  CampaignOptions o;
+  o.tier = Tier::kSmoke;
+  o.cases = cases;
+  o.shrink_per_backend = 1;
+  return RunCampaign(o, backends);
+}
+
 void ExpectDecodeCasesPass(Backend& b) {
   for (const char* text : kDecodeCases) {
     const CheckResult r = RunOne(CaseFrom(text), b);
@@ -189,13 +199,7 @@ TEST(PluginTest, TablesEndingBeforeTheBlockEntriesHaveNoBlock) {
     const Status called = (*b)->AttentionBlock(p, data->args());
     EXPECT_EQ(called.code(), StatusCode::kUnimplemented);
     EXPECT_EQ(called.message(), why);
-    Case c;
-    c.seed = 1;
-    c.problem = p.attention;
-    c.hidden = p.hidden;
-    c.weight_dtype = p.weight_dtype;
-    c.qkv_bias = p.qkv_bias;
-    c.output_projection = p.output_projection;
+    const Case c = testing::BlockCase(p, 1);
     const CheckResult r = testing::RunOne(c, **b);
     EXPECT_EQ(r.outcome, Outcome::kSkipped) << r.message;
     // Its attention and (for the second) its own append still run.
@@ -248,13 +252,7 @@ const BlockBugCase kBlockBugs[] = {
 // and by the campaign a user runs (with a reproducer that replays them).
 TEST(PluginTest, BlockBugsInAPluginAreCaught) {
   const AttentionBlockProblem p = Block(kBlocks[1]);
-  Case c;
-  c.seed = 1;
-  c.problem = p.attention;
-  c.hidden = p.hidden;
-  c.weight_dtype = p.weight_dtype;
-  c.qkv_bias = p.qkv_bias;
-  c.output_projection = p.output_projection;
+  const Case c = testing::BlockCase(p, 1);
   for (const BlockBugCase& bug : kBlockBugs) {
     SCOPED_TRACE(bug.name);
     auto b = plugin::LoadPlugin(bug.plugin);
@@ -270,11 +268,7 @@ TEST(PluginTest, BlockBugsInAPluginAreCaught) {
         << isolated.message;
 
     Backend* one[] = {b->get()};
-    CampaignOptions o;
-    o.tier = Tier::kSmoke;
-    o.cases = 100;
-    o.shrink_per_backend = 1;
-    const CampaignResult result = RunCampaign(o, one);
+    const CampaignResult result = SmokeCampaign(one, 100);
     ASSERT_GT(result.failures, 0) << bug.name << " was never caught";
     const FailureReport& f = result.reports.front();
     EXPECT_TRUE(f.shrunk.is_block()) << f.shrunk.ToString();
@@ -422,11 +416,7 @@ TEST(PluginTest, AppendHookBugsFailTheSmokeCampaignWithAReproducer) {
     auto b = plugin::LoadPlugin(bug.plugin);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     Backend* one[] = {b->get()};
-    CampaignOptions o;
-    o.tier = Tier::kSmoke;
-    o.cases = 40;
-    o.shrink_per_backend = 1;
-    const CampaignResult result = RunCampaign(o, one);
+    const CampaignResult result = SmokeCampaign(one, 40);
     ASSERT_GT(result.failures, 0) << bug.name << " was never caught";
     const FailureReport& f = result.reports.front();
     EXPECT_EQ(f.result.outcome, Outcome::kKvCache) << bug.name;

@@ -90,9 +90,8 @@ inline std::vector<CheckResult> ExpectMatchesOracle(
 // The same for an attention block: `p` as a block case run on each of
 // `backends` -- output, the cache's new slots and every other cache byte
 // checked by the runner (harness/README.md, "Cases").
-inline std::vector<CheckResult> ExpectBlockMatchesOracle(
-    std::span<Backend* const> backends, const AttentionBlockProblem& p,
-    uint64_t seed) {
+// The one-call block case of `p`, its values from `seed`.
+inline Case BlockCase(const AttentionBlockProblem& p, uint64_t seed) {
   Case c;
   c.seed = seed;
   c.problem = p.attention;
@@ -100,6 +99,13 @@ inline std::vector<CheckResult> ExpectBlockMatchesOracle(
   c.weight_dtype = p.weight_dtype;
   c.qkv_bias = p.qkv_bias;
   c.output_projection = p.output_projection;
+  return c;
+}
+
+inline std::vector<CheckResult> ExpectBlockMatchesOracle(
+    std::span<Backend* const> backends, const AttentionBlockProblem& p,
+    uint64_t seed) {
+  const Case c = BlockCase(p, seed);
   auto r = RunCase(c, backends);
   if (!r.ok()) {
     ADD_FAILURE() << "bad case " << c.ToString() << ": "
