@@ -585,6 +585,8 @@ std::vector<std::byte> Snapshot(const Tensor& t) {
   return {p, p + t.buffer.size()};
 }
 void Restore(const Tensor& t, const std::vector<std::byte>& bytes) {
+  // An empty tensor's buffer is null: memcpy must not see it, even for 0.
+  if (bytes.empty()) return;
   std::memcpy(t.buffer.data(), bytes.data(), bytes.size());
 }
 

@@ -121,6 +121,22 @@ TEST(RunnerTest, ABlockDecodeLoopJudgesEveryStep) {
       << wrote.message;
 }
 
+// A block case with nothing in it (no token, no context: x and the caches
+// hold no element) runs and passes; restoring its empty inputs between
+// backends must not hand memcpy a null pointer (UBSan in the asan preset).
+TEST(RunnerTest, AnEmptyBlockCasePasses) {
+  const Case c = CaseFrom(
+      "seed=1,index=0,values=normal,pad=0,steps=0,block=7:f32:1:1,b=1,hq=2,"
+      "hkv=1,d=4,q=0,kv=0,mask=none,dtype=f32,layout=bhsd");
+  ASSERT_TRUE(c.is_block());
+  auto ref = reference::MakeReferenceBackend();
+  Backend* twice[] = {ref.get(), ref.get()};
+  auto r = RunCase(c, twice);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const CheckResult& x : *r)
+    EXPECT_EQ(x.outcome, Outcome::kPass) << x.message;
+}
+
 TEST(RunnerTest, AnUnsupportedProblemIsSkippedNotFailed) {
   Wrapped b([](auto&, auto&) { return Status::Ok(); },
             Status::Unimplemented("head_dim=9 needs a multiple of 8"));
