@@ -103,8 +103,7 @@ public:
 
   Status SupportsBlock(const AttentionBlockProblem &p) const override {
     ATTNKIT_RETURN_IF_ERROR(p.Validate());
-    ATTNKIT_RETURN_IF_ERROR(Supports(p.attention));
-    return blockSpecFor(p).status();
+    return specOfValidBlock(p).status();
   }
 
   Status AttentionBlock(const AttentionBlockProblem &p,
@@ -119,6 +118,11 @@ private:
     /// Wo, whose partial sums are all-reduced).
     int64_t partial = -1;
   };
+  /// The kernel a validated block problem needs, or why there is none.
+  StatusOr<BlockSpec> specOfValidBlock(const AttentionBlockProblem &p) const {
+    ATTNKIT_RETURN_IF_ERROR(Supports(p.attention));
+    return blockSpecFor(p);
+  }
   void runBlockItem(const AttentionBlockProblem &p, const AttentionBlockArgs &a,
                     BlockFn fn, const BlockItem &w);
 
@@ -371,8 +375,11 @@ void CompiledBackend::runBlockItem(const AttentionBlockProblem &p,
 
 Status CompiledBackend::AttentionBlock(const AttentionBlockProblem &p,
                                        const AttentionBlockArgs &args) {
-  ATTNKIT_RETURN_IF_ERROR(SupportsBlock(p));
-  ATTNKIT_RETURN_IF_ERROR(ValidateBlockArgs(p, args));
+  ATTNKIT_RETURN_IF_ERROR(ValidateBlockArgs(p, args)); // p.Validate() too
+  StatusOr<BlockSpec> specOr = specOfValidBlock(p);
+  if (!specOr.ok())
+    return specOr.status();
+  const BlockSpec &spec = specOr.value();
   const AttentionProblem &at = p.attention;
   if (args.k_cache.strides[3] != 1 ||
       (at.layout == KvLayout::kTransposedV ? args.v_cache.strides[2]
@@ -380,7 +387,6 @@ Status CompiledBackend::AttentionBlock(const AttentionBlockProblem &p,
     return Status::Unimplemented(
         "compiled: the block's caches need a unit-stride head_dim (K, V) or "
         "sequence (transposed V)");
-  const BlockSpec spec = blockSpecFor(p).value();
   const CompiledKernel *kernel = nullptr;
   for (const auto &[known, k] : blockKernels_)
     if (known == spec)

@@ -669,8 +669,7 @@ StatusOr<std::vector<CheckResult>> RunBlock(
   data.Fill(first, rng);
   const std::vector<std::byte> k0 = Snapshot(data.k_cache()),
                                v0 = Snapshot(data.v_cache());
-  const Tensor* x = data.inputs()[0].second;
-  const std::vector<std::byte> x0 = Snapshot(*x);
+  const std::vector<std::byte> x0 = Snapshot(data.x());
   // Step 1 starts from the same state for every backend: one oracle.
   ATTNKIT_ASSIGN_OR_RETURN(const reference::BlockTruth truth1,
                            reference::ComputeBlockTruth(first, data.args()));
@@ -680,7 +679,7 @@ StatusOr<std::vector<CheckResult>> RunBlock(
     r.backend = std::string(backend->name());
     Restore(data.k_cache(), k0);
     Restore(data.v_cache(), v0);
-    Restore(*x, x0);
+    Restore(data.x(), x0);
     Status supported;
     try {
       supported = backend->SupportsBlock(first);

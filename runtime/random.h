@@ -143,6 +143,7 @@ class AttentionBlockData {
   void Fill(const AttentionBlockProblem& p, Rng& rng);
 
   const AttentionBlockArgs& args() const { return args_; }
+  const Tensor& x() const { return x_; }
   const Tensor& k_cache() const { return k_; }
   const Tensor& v_cache() const { return v_; }
   const Tensor& out() const { return out_; }
