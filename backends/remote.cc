@@ -486,9 +486,16 @@ Status ReadResult(std::span<const uint8_t> msg, bool counted) {
   return s;
 }
 
+// The wire and the plug-in ABI do not carry an i8 K/V's scales yet.
+Status QuantizedKvUnsupported() {
+  return Status::Unimplemented(
+      "worker: kv_dtype=i8 (quantized KV cache) is not carried to plug-ins");
+}
+
 }  // namespace
 
 Status RemoteBackend::Supports(const AttentionProblem& p) const {
+  if (p.quantized_kv()) return QuantizedKvUnsupported();
   auto* self = const_cast<RemoteBackend*>(this);
   ATTNKIT_RETURN_IF_ERROR(
       self->BeginRequest(static_cast<uint32_t>(wire::Op::kSupports)));
@@ -507,6 +514,7 @@ Status RemoteBackend::ReserveWorkspace(const AttentionProblem& largest) {
 
 Status RemoteBackend::Attention(const AttentionProblem& p,
                                 const AttentionArgs& args) {
+  if (p.quantized_kv()) return QuantizedKvUnsupported();
   ATTNKIT_RETURN_IF_ERROR(
       BeginRequest(static_cast<uint32_t>(wire::Op::kAttention)));
   ATTNKIT_RETURN_IF_ERROR(
@@ -522,6 +530,8 @@ Status RemoteBackend::Attention(const AttentionProblem& p,
 }
 
 Status RemoteBackend::AppendKv(const KvAppendArgs& a) {
+  // An i8 cache: the portable quantizing append, in this process.
+  if (a.k_cache.dtype == DType::kI8) return Backend::AppendKv(a);
   ATTNKIT_RETURN_IF_ERROR(
       BeginRequest(static_cast<uint32_t>(wire::Op::kAppend)));
   ATTNKIT_RETURN_IF_ERROR(

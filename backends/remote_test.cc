@@ -254,7 +254,8 @@ TEST(RemoteBackendTest, TheWorkersAppendBytesReachThisProcesssMeter) {
     nv.view.As<float>()[e] = -static_cast<float>(e);
   }
   const int64_t positions[] = {3}, new_lens[] = {2};
-  const KvAppendArgs a{kc.view, vc.view, nk.view, nv.view, positions, new_lens};
+  const KvAppendArgs a{kc.view, vc.view, nk.view, nv.view,
+                       positions, new_lens, {},      {}};
   accounting::Meter meter;
   ASSERT_TRUE((*r)->AppendKv(a).ok());
   EXPECT_EQ(meter.Read().bytes_copied, AppendedBytes(a));

@@ -424,9 +424,13 @@ void BM_DecodeStep(benchmark::State& state, const BackendSource* info) {
                      "the step copied " + std::to_string(rec.bytes_copied) +
                      " bytes, expected " + std::to_string(want)));
     }
-    AttentionArgs a{q.view, inplace ? cache->Prefix(0).k : concat[0].K(0),
-                    inplace ? cache->Prefix(0).v : concat[0].V(0), TensorView{},
-                    out.view};
+    AttentionArgs a{q.view,
+                    inplace ? cache->Prefix(0).k : concat[0].K(0),
+                    inplace ? cache->Prefix(0).v : concat[0].V(0),
+                    TensorView{},
+                    out.view,
+                    inplace ? cache->Prefix(0).k_scale : concat[0].KScale(0),
+                    inplace ? cache->Prefix(0).v_scale : concat[0].VScale(0)};
     for (int which = 0; which < 2; ++which) {
       const TensorView& kv = which == 0 ? a.k : a.v;
       const TensorView& tok = which == 0 ? token_k.view : token_v.view;

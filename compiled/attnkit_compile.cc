@@ -67,7 +67,7 @@ static const std::string maskNames = [] {
              (e.value == MaskKind::kWindow ? ":W" : "");
   return names;
 }();
-static const std::string dtypeNames = kDTypeNames.Names();
+static const std::string dtypeNames = kFloatDTypeNames.Names();
 static const std::string layoutNames = kKvLayoutNames.Names();
 static cl::opt<std::string> maskOpt("mask", cl::desc(maskNames),
                                     cl::init("none"));
@@ -169,7 +169,7 @@ static int run(int argc, char **argv) {
     window = *w;
   }
   spec.mask = *mask;
-  std::optional<DType> dtype = ParseDType(dtypeOpt);
+  std::optional<DType> dtype = kFloatDTypeNames.Parse(dtypeOpt);
   if (!dtype)
     return fail("--dtype=" + dtypeOpt + ": not " + dtypeNames);
   spec.elem = *dtype;
@@ -208,7 +208,7 @@ static int run(int argc, char **argv) {
     AttentionBlockProblem bp;
     bp.attention = problem;
     bp.hidden = hiddenOpt;
-    std::optional<DType> weight = ParseDType(weightOpt);
+    std::optional<DType> weight = kFloatDTypeNames.Parse(weightOpt);
     if (!weight)
       return fail("--weight=" + weightOpt + ": not " + dtypeNames);
     bp.weight_dtype = *weight;

@@ -81,6 +81,9 @@ public:
 
   Status Supports(const AttentionProblem &p) const override {
     ATTNKIT_RETURN_IF_ERROR(p.Validate());
+    if (p.quantized_kv())
+      return Status::Unimplemented(
+          "compiled: kv_dtype=i8 (quantized KV cache)");
     // The vectorizer unrolls its row blocks over the G query heads that
     // share a KV head, so compile time grows with G: ~0.4 s at G = 64,
     // ~6 s at G = 1024 and minutes beyond (found by problem_validate_fuzz;
@@ -302,6 +305,8 @@ void CompiledBackend::mergeSplits(const Call &c, int threads) {
 Status CompiledBackend::Attention(const AttentionProblem &p,
                                   const AttentionArgs &args) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+  if (p.quantized_kv())
+    return Supports(p);
   const KernelSpec spec = specFor(p);
   StatusOr<const CompiledKernel *> kernel = kernelFor(spec);
   if (!kernel.ok())
@@ -470,6 +475,11 @@ constexpr int64_t kParallelAppendElems = int64_t{1} << 18;
 
 Status CompiledBackend::AppendKv(const KvAppendArgs &a) {
   ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+  // An i8 cache: the one quantization rule (runtime/dtype.h), row by row.
+  if (a.k_cache.dtype == DType::kI8) {
+    AppendKvStrided(a);
+    return Status::Ok();
+  }
   const int64_t batch = a.k_cache.shape[0], heads = a.k_cache.shape[1];
   int64_t elems = 0;
   for (int64_t b = 0; b < batch; ++b)

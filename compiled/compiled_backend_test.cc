@@ -352,8 +352,10 @@ TEST(CompiledBackendTest, AppendKvBitExactWithStridedAppend) {
         FillNormal(nk.view, rng);
         FillNormal(nv.view, rng);
         const std::vector<int64_t> pos{7, 3, 35}, lens{3, 0, 5};
-        KvAppendArgs ref{kc[0].view, vc[0].view, nk.view, nv.view, pos, lens};
-        KvAppendArgs got{kc[1].view, vc[1].view, nk.view, nv.view, pos, lens};
+        KvAppendArgs ref{kc[0].view, vc[0].view, nk.view, nv.view,
+                         pos,         lens,        {},      {}};
+        KvAppendArgs got{kc[1].view, vc[1].view, nk.view, nv.view,
+                         pos,         lens,        {},      {}};
         AppendKvStrided(ref);
         // The first append of a spec compiles (and allocates); warm the
         // backend on a third cache of the same layout, then measure.

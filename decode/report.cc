@@ -114,7 +114,8 @@ StatusOr<std::vector<reference::Truth>> LastStepTruth(
   for (int64_t b = 0; b < c.batch; ++b) {
     const LastStepRow r = LastStep(naive, b);
     const KvCache::View kv = naive.naive_sequence(0, b);
-    const AttentionArgs args{r.q, kv.k, kv.v, TensorView{}, scratch.view};
+    const AttentionArgs args{r.q,          kv.k,      kv.v,     TensorView{},
+                             scratch.view, kv.k_scale, kv.v_scale};
     ATTNKIT_ASSIGN_OR_RETURN(reference::Truth t,
                              reference::ComputeTruth(r.p, args));
     truths.push_back(std::move(t));
@@ -221,7 +222,7 @@ FlagParser DecodeFlags(DecodeReportOptions& o, DecodeFlagState& st) {
                 o.start_lens = std::move(lens);
                 return "";
               })
-      .Enum("--dtype", &c.dtype, kDTypeNames,
+      .Enum("--dtype", &c.dtype, kFloatDTypeNames,
             "storage of q, k, v (default f32)")
       .Enum("--layout", &c.layout, kKvLayoutNames,
             "KV cache layout (default bhsd)")

@@ -220,7 +220,8 @@ class CanaryBackend final : public Backend {
     auto heads = [&](std::vector<float>& buf) {
       return HeadsOfRows(buf.data(), at.batch, at.q_heads, mq, d, mq * qw, qw);
     };
-    AttentionArgs args{heads(q), a.k_cache, a.v_cache, a.bias, heads(attn)};
+    AttentionArgs args{heads(q), a.k_cache, a.v_cache, a.bias, heads(attn),
+                       {},       {}};
     ATTNKIT_RETURN_IF_ERROR(Attention(at, args));
     for (int64_t b = 0; b < at.batch; ++b)
       for (int64_t t = 0; t < at.q_lens[b]; ++t)

@@ -451,7 +451,7 @@ double Case::Cost() const {
          static_cast<double>(decode_steps) +
          (profile == ValueProfile::kNormal ? 0 : 0.5) +
          (p.mask == MaskKind::kNone ? 0 : 0.25) +
-         (p.dtype == DType::kF32 ? 0 : 0.125) +
+         (p.dtype == DType::kF32 ? 0 : 0.125) + (p.kv_dtype ? 0.125 : 0) +
          (p.layout == KvLayout::kBHSD ? 0 : 0.125) + (p.scale ? 0.0625 : 0) +
          (io.q.is_default() ? 0 : 0.03125) +
          (io.out.is_default() ? 0 : 0.03125) + (io.shared_bias ? 0.015625 : 0);
@@ -631,6 +631,9 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
   const double hkv = static_cast<double>(p.kv_heads);
   const double d = static_cast<double>(p.head_dim);
   const double es = static_cast<double>(DTypeSize(p.dtype));
+  // K/V bytes per element: an i8 cache's row scale spread over its values,
+  // rounded up to a whole byte (a bound, not a count).
+  const double kv_es = p.quantized_kv() ? 2 : es;
   const double cap =
       static_cast<double>(p.max_kv_len()) + static_cast<double>(c.kv_pad);
   const bool bias = p.mask == MaskKind::kBias;
@@ -664,7 +667,7 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
                                     static_cast<double>(c.io.out.pad) * 4});
   }
   e.Add("inputs k+v (2 x " + kv_shape + cap_s + dim + ")",
-        {2, b, hkv, cap, d, es});
+        {2, b, hkv, cap, d, kv_es});
   if (bias) {
     e.Add("inputs bias (" + (c.io.shared_bias ? "shared" : shape) + " x q=" +
               std::to_string(static_cast<int64_t>(mq_all)) + cap_s + ")",
@@ -673,7 +676,7 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
   // The runner keeps the inputs' bytes to find writes to them (q, k, v,
   // bias: the same sizes again; a decode step's inputs are smaller).
   e.Add("input snapshots (q, k, v" + std::string(bias ? ", bias" : "") + ")",
-        {b, hq * mq_all * d * es + 2 * hkv * cap * d * es +
+        {b, hq * mq_all * d * es + 2 * hkv * cap * d * kv_es +
                 (bias ? (c.io.shared_bias ? 1 : hq) * mq_all * cap * 4 : 0)});
   e.Add("oracle's f32 copies of one head (q, k, v: " +
             std::to_string(static_cast<int64_t>(mq)) + " + 2 x " +
@@ -701,6 +704,11 @@ MemoryEstimate CaseMemory(const Case& c, int64_t backends) {
     e.Add("step staging + q + out",
           {b, (2 * hkv * cap * es) + hq * mq * (es + 4), d});
     if (bias) e.Add("step bias", {b, hq, mq, cap, 4});
+    if (p.quantized_kv()) {
+      e.Add("i8 k+v as stored, for the oracle (2 x " + kv_shape + cap_s + dim +
+                ")",
+            {2, b, hkv, cap, d, 2});
+    }
   }
   if (c.is_block()) {
     // x and out, the weights, the block's Q and attention buffers (the
@@ -742,6 +750,9 @@ namespace {
 // of the attention).
 constexpr double kBlockRate = 0.1;
 
+// About 1 spec block in 5 stores K/V as i8 (a quantized cache).
+constexpr double kQuantizedKvRate = 0.2;
+
 // Turns a drawn case into an attention-block case: the block's hidden size
 // (odd ones, one, past the kernels' 4-row and 256-row blocks), weight dtype,
 // biases and output projection; its attention is the drawn problem with an
@@ -761,6 +772,7 @@ void MakeBlock(Case& c, Rng& r, const TierLimits& lim) {
   c.origins.clear();
   c.profile = ValueProfile::kNormal;
   p.dtype = DType::kF32;
+  p.kv_dtype.reset();
   if (p.head_dim > 128) p.head_dim = r.Range(1, 128);
   for (int64_t b = 0; b < p.batch; ++b) {
     p.q_lens[b] = std::min<int64_t>(p.q_lens[b], c.decode_steps ? 2 : 96);
@@ -834,6 +846,11 @@ Case GenerateCase(Tier tier, uint64_t seed, uint64_t index, bool blocks) {
   }
   p.dtype = spec.Bernoulli(0.5) ? DType::kF32 : DType::kBF16;
   p.layout = static_cast<KvLayout>(spec.Below(3));
+  // Quantized K/V from a stream of their own (every other draw stays what
+  // it was before i8 existed), per spec block like the dtype (a JIT
+  // specializes on it).
+  Rng quant(seed ^ 0x7175616e74ull, index / lim.spec_block);  // "quant"
+  if (quant.Bernoulli(kQuantizedKvRate)) p.kv_dtype = DType::kI8;
   if (r.Bernoulli(0.2)) {
     // Explicit scales, including negative ones (legal; they flip which key
     // is the maximum, so a kernel that assumes scale > 0 is caught).

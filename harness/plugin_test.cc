@@ -447,7 +447,8 @@ TEST(PluginTest, AnAppendHookErrorNamesThePluginAndItsMessage) {
   Tensor nk = Tensor::Contiguous(DType::kF32, one);
   Tensor nv = Tensor::Contiguous(DType::kF32, one);
   int64_t positions[] = {3}, new_lens[] = {1};
-  const KvAppendArgs a{kc.view, vc.view, nk.view, nv.view, positions, new_lens};
+  const KvAppendArgs a{kc.view, vc.view, nk.view, nv.view,
+                       positions, new_lens, {},      {}};
   const Status s = (*b)->AppendKv(a);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),

@@ -131,6 +131,9 @@ class InputGuard {
         const size_t elem = at / esize;
         const auto value = [&](const std::byte* base) {
           const std::byte* e = base + elem * esize;
+          if (esize == 1) {
+            return std::to_string(static_cast<int>(std::to_integer<int8_t>(*e)));
+          }
           return std::to_string(esize == 4 ? std::bit_cast<float>(Word(e))
                                            : Bf16At(e));
         };
@@ -315,6 +318,8 @@ StatusOr<std::vector<CheckResult>> RunPlain(
   inputs.Watch("k", data.k());
   inputs.Watch("v", data.v());
   inputs.Watch("bias", data.bias());
+  inputs.Watch("k_scale", data.k_scale());
+  inputs.Watch("v_scale", data.v_scale());
   std::vector<CheckResult> results;
   for (Backend* backend : backends) {
     CheckResult r;
@@ -344,12 +349,20 @@ StatusOr<std::vector<CheckResult>> RunPlain(
 // byte written past the sequence's length (the cache starts as kCacheFill),
 // as a message ("" when the cache is exact). This is the whole
 // capacity-sized cache: an append may change only the new tokens' bytes.
+// Which of a cache's tensors CompareCache compares.
+enum class CacheTensor { kK, kV, kKScale, kVScale };
+
 std::string CompareCache(const char* which, const TensorView& cache,
-                         const reference::ConcatKv& golden, bool is_v) {
+                         const reference::ConcatKv& golden,
+                         CacheTensor tensor) {
   const int64_t esize = DTypeSize(cache.dtype);
   const auto* base = static_cast<const unsigned char*>(cache.data);
   for (int64_t b = 0; b < cache.shape[0]; ++b) {
-    const TensorView want = is_v ? golden.V(b) : golden.K(b);
+    const TensorView want = tensor == CacheTensor::kK   ? golden.K(b)
+                            : tensor == CacheTensor::kV ? golden.V(b)
+                            : tensor == CacheTensor::kKScale
+                                ? golden.KScale(b)
+                                : golden.VScale(b);
     const auto* wbase = static_cast<const unsigned char*>(want.data);
     const int64_t len = golden.length(b);
     for (int64_t h = 0; h < cache.shape[1]; ++h)
@@ -395,6 +408,7 @@ StatusOr<std::vector<CheckResult>> RunDecode(
   // Every query and key of the whole loop, drawn once so the value profile
   // holds across steps (one dominant key, constant rows, ...).
   AttentionProblem total = p;
+  total.kv_dtype.reset();  // the tokens, in q's dtype (see `stored` below)
   std::vector<int64_t> prompt(p.batch), q0(p.batch);
   for (int64_t b = 0; b < p.batch; ++b) {
     prompt[b] = p.kv_lens[b] - steps * p.q_lens[b];
@@ -406,6 +420,26 @@ StatusOr<std::vector<CheckResult>> RunDecode(
   Rng rng = ValueRng(c);
   all.Fill(total, rng, c.profile, c.origins);
   const AttentionArgs& whole = all.args();
+  // An i8 cache is fed f32/bf16 tokens (drawn in q's dtype above), which
+  // its append quantizes: the truth reads them as every cache stores them,
+  // each row quantized by the one rule (QuantizeRows), as the golden does.
+  AttentionArgs stored = whole;
+  Tensor stored_k, stored_v, k_scale, v_scale;
+  if (p.quantized_kv()) {
+    const TensorView& wk = whole.k;
+    const std::array<int64_t, 4> sshape{wk.shape[0], wk.shape[1], wk.shape[2],
+                                        1};
+    stored_k = Tensor::Allocate(DType::kI8, wk.shape, wk.strides);
+    stored_v = Tensor::Allocate(DType::kI8, whole.v.shape, whole.v.strides);
+    k_scale = Tensor::Allocate(DType::kF32, sshape, KvScaleStrides(sshape));
+    v_scale = Tensor::Allocate(DType::kF32, sshape, KvScaleStrides(sshape));
+    QuantizeRows(whole.k, stored_k.view, k_scale.view);
+    QuantizeRows(whole.v, stored_v.view, v_scale.view);
+    stored.k = stored_k.view;
+    stored.v = stored_v.view;
+    stored.k_scale = k_scale.view;
+    stored.v_scale = v_scale.view;
+  }
 
   std::vector<CheckResult> results(backends.size());
   KvCacheConfig kc;
@@ -415,7 +449,7 @@ StatusOr<std::vector<CheckResult>> RunDecode(
   // A KvCache holds at least one token; an all-empty loop (q = kv = 0)
   // still gets its cache compared, one never-written slot.
   kc.capacity = std::max<int64_t>(capacity, 1);
-  kc.dtype = p.dtype;
+  kc.dtype = p.KvDType();
   kc.layout = p.layout;
   std::vector<KvCache> caches;
   std::vector<decode::Stepper> steppers;
@@ -441,7 +475,7 @@ StatusOr<std::vector<CheckResult>> RunDecode(
     caches.push_back(std::move(cache));
     steppers.push_back(decode::Stepper::InPlace(*backends[i], caches.back()));
   }
-  reference::ConcatKv golden(p.batch, p.kv_heads, p.head_dim, p.dtype);
+  reference::ConcatKv golden(p.batch, p.kv_heads, p.head_dim, p.KvDType());
   const bool share_steps = AnyInWorker(backends);
 
   for (int64_t s = 0; s <= steps; ++s) {
@@ -488,8 +522,9 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         golden.Append(new_k.view, new_v.view, new_lens).status());
     // The oracle and the naive reference read the keys where they were
     // drawn; each backend reads its own cache, whose bytes are checked equal.
-    const AttentionArgs truth_args{q.view, whole.k, whole.v, bias.view,
-                                   out.view};
+    const AttentionArgs truth_args{q.view,   stored.k,        stored.v,
+                                   bias.view, out.view,      stored.k_scale,
+                                   stored.v_scale};
     ATTNKIT_ASSIGN_OR_RETURN(reference::Truth truth,
                              reference::ComputeTruth(ps, truth_args));
 
@@ -524,8 +559,18 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         continue;
       }
       const KvCache::View full = caches[i].Full(0);
-      std::string diff = CompareCache("k_cache", full.k, golden, false);
-      if (diff.empty()) diff = CompareCache("v_cache", full.v, golden, true);
+      std::string diff = CompareCache("k_cache", full.k, golden, CacheTensor::kK);
+      if (diff.empty()) {
+        diff = CompareCache("v_cache", full.v, golden, CacheTensor::kV);
+      }
+      if (diff.empty() && p.quantized_kv()) {
+        diff = CompareCache("k_scale", full.k_scale, golden,
+                            CacheTensor::kKScale);
+        if (diff.empty()) {
+          diff = CompareCache("v_scale", full.v_scale, golden,
+                              CacheTensor::kVScale);
+        }
+      }
       if (!diff.empty()) {
         fail(Outcome::kKvCache, diff);
         continue;

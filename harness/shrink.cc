@@ -152,6 +152,11 @@ std::vector<Case> ShrinkCandidates(const Case& c) {
     t.problem.dtype = DType::kF32;
     add(t);
   }
+  if (p.kv_dtype) {  // an unquantized cache
+    Case t = c;
+    t.problem.kv_dtype.reset();
+    add(t);
+  }
   if (p.layout != KvLayout::kBHSD) {
     Case t = c;
     t.problem.layout = KvLayout::kBHSD;

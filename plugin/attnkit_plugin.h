@@ -84,7 +84,8 @@ typedef enum attnkit_plugin_status {
 /* Values of the enum fields below equal attnkit's C++ enums. */
 typedef enum attnkit_plugin_dtype {
   ATTNKIT_PLUGIN_F32 = 0,
-  ATTNKIT_PLUGIN_BF16 = 1 /* uint16_t: the top 16 bits of an IEEE f32 */
+  ATTNKIT_PLUGIN_BF16 = 1, /* uint16_t: the top 16 bits of an IEEE f32 */
+  ATTNKIT_PLUGIN_I8 = 2    /* int8_t with a per-row f32 scale (K/V only) */
 } attnkit_plugin_dtype;
 
 typedef enum attnkit_plugin_mask {

@@ -26,6 +26,7 @@ namespace {
 constexpr auto kPluginDTypes = MakeEnumTable<attnkit_plugin_dtype>({
     {ATTNKIT_PLUGIN_F32, "f32"},
     {ATTNKIT_PLUGIN_BF16, "bf16"},
+    {ATTNKIT_PLUGIN_I8, "i8"},
 });
 constexpr auto kPluginMasks = MakeEnumTable<attnkit_plugin_mask>({
     {ATTNKIT_PLUGIN_MASK_NONE, "none"},
@@ -194,6 +195,7 @@ class PluginBackend final : public Backend {
   std::string_view name() const override { return name_; }
 
   Status Supports(const AttentionProblem& p) const override {
+    if (p.quantized_kv()) return QuantizedKv();
     if (table_->supports == nullptr) return Status::Ok();
     char error[kErrorCapacity] = {};
     const attnkit_plugin_problem cp = ToC(p);
@@ -204,6 +206,7 @@ class PluginBackend final : public Backend {
   Status Attention(const AttentionProblem& p,
                    const AttentionArgs& args) override {
     ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+    if (p.quantized_kv()) return QuantizedKv();
     char error[kErrorCapacity] = {};
     const attnkit_plugin_problem cp = ToC(p);
     const attnkit_plugin_attention_args ca{
@@ -240,7 +243,9 @@ class PluginBackend final : public Backend {
   // hook sees only validated arguments (its contract lets it trust them);
   // the bytes the contract lets it write are what it is charged as copied.
   Status AppendKv(const KvAppendArgs& a) override {
-    if (append_kv_ == nullptr) return Backend::AppendKv(a);
+    if (append_kv_ == nullptr || a.k_cache.dtype == DType::kI8) {
+      return Backend::AppendKv(a);
+    }
     ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
     char error[kErrorCapacity] = {};
     const attnkit_plugin_kv_append_args ca{
@@ -254,6 +259,10 @@ class PluginBackend final : public Backend {
   }
 
  private:
+  Status QuantizedKv() const {
+    return Status::Unimplemented("plugin " + name_ +
+                                 ": kv_dtype=i8 (quantized KV cache)");
+  }
   Status NoBlock() const {
     return Status::Unimplemented(
         "plugin " + name_ + ": no attention block (" +

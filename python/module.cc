@@ -308,6 +308,10 @@ class PythonBackend final : public Backend {
   bool interrupted_by_keyboard() const { return keyboard_interrupt_; }
 
   Status Supports(const AttentionProblem& p) const override {
+    if (p.quantized_kv()) {
+      return Status::Unimplemented(
+          "kv_dtype=i8: the Python front end passes f32/bf16 tensors");
+    }
     if (p.dtype == DType::kBF16 && bf16_ == Bf16Mode::kSkip) {
       return Status::Unimplemented("bf16 problems (check(bf16='skip'))");
     }
@@ -338,6 +342,7 @@ class PythonBackend final : public Backend {
 
   Status Attention(const AttentionProblem& p,
                    const AttentionArgs& args) override {
+    if (p.quantized_kv()) return Supports(p);
     if (!pending_.empty()) {
       return Status::Internal(std::exchange(pending_, std::string()));
     }

@@ -22,8 +22,10 @@ class ConcatKv {
   ConcatKv(int64_t batch, int64_t kv_heads, int64_t head_dim, DType dtype);
 
   // new_k, new_v: [batch, kv_heads, >= max(new_lens), head_dim] in the
-  // cache's dtype, any strides. Returns the bytes copied (old context plus new
-  // tokens, K and V), also reported to accounting::RecordCopy.
+  // cache's dtype (f32 or bf16 for an i8 cache: quantized by QuantizeRowI8,
+  // scales kept beside), any strides. Returns the bytes copied (old context
+  // plus new tokens, K and V, and the scales), also reported to
+  // accounting::RecordCopy.
   StatusOr<int64_t> Append(const TensorView& new_k, const TensorView& new_v,
                            std::span<const int64_t> new_lens);
 
@@ -31,13 +33,18 @@ class ConcatKv {
   // Sequence b's K or V as a [1, kv_heads, length(b), head_dim] BHSD view.
   TensorView K(int64_t b) const { return View(b, seqs_[b].k.get()); }
   TensorView V(int64_t b) const { return View(b, seqs_[b].v.get()); }
+  // An i8 cache's scales of sequence b, [1, kv_heads, length(b), 1] (null
+  // views otherwise).
+  TensorView KScale(int64_t b) const { return ScaleView(b, seqs_[b].ks.get()); }
+  TensorView VScale(int64_t b) const { return ScaleView(b, seqs_[b].vs.get()); }
 
  private:
   struct Seq {
     int64_t len = 0;
-    std::unique_ptr<std::byte[]> k, v;
+    std::unique_ptr<std::byte[]> k, v, ks, vs;
   };
   TensorView View(int64_t b, std::byte* data) const;
+  TensorView ScaleView(int64_t b, std::byte* data) const;
 
   int64_t batch_, kv_heads_, head_dim_;
   DType dtype_;

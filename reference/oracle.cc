@@ -7,7 +7,7 @@
 namespace attnkit::reference {
 
 void WidenRows(const TensorView& t, int64_t b, int64_t h, int64_t n,
-               std::vector<float>& out) {
+               std::vector<float>& out, const TensorView& scales) {
   const int64_t d = t.shape[3];
   out.resize(static_cast<size_t>(n * d));
   if (n == 0 || d == 0) return;
@@ -20,12 +20,29 @@ void WidenRows(const TensorView& t, int64_t b, int64_t h, int64_t n,
       for (int64_t e = 0; e < d; ++e) o[j * d + e] = p[j * s2 + e * s3];
     return;
   }
+  if (t.dtype == DType::kI8) {
+    const int8_t* p = static_cast<const int8_t*>(t.data) + base;
+    for (int64_t j = 0; j < n; ++j) {
+      const float s = scales.is_null() ? 1.0f : scales.Load(b, h, j, 0);
+      for (int64_t e = 0; e < d; ++e) {
+        o[j * d + e] = static_cast<float>(p[j * s2 + e * s3]) * s;
+      }
+    }
+    return;
+  }
   const auto* p = static_cast<const uint16_t*>(t.data) + base;
   for (int64_t j = 0; j < n; ++j)
     for (int64_t e = 0; e < d; ++e) {
       const uint32_t bits = static_cast<uint32_t>(p[j * s2 + e * s3]) << 16;
       std::memcpy(&o[j * d + e], &bits, sizeof(float));
     }
+}
+
+void WidenScales(const TensorView& scales, int64_t b, int64_t h, int64_t n,
+                 std::vector<double>& out) {
+  out.assign(static_cast<size_t>(n), 1.0);
+  if (scales.is_null()) return;
+  for (int64_t j = 0; j < n; ++j) out[j] = scales.Load(b, h, j, 0);
 }
 
 double DotF64(const float* a, const float* b, int64_t n) {
@@ -42,12 +59,14 @@ double DotF64(const float* a, const float* b, int64_t n) {
 Status OracleAttention(const AttentionProblem& p, const AttentionArgs& args,
                        std::vector<double>* out) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+  ATTNKIT_RETURN_IF_ERROR(CheckKvScaleValues(p, args.k_scale, args.v_scale));
   const int64_t mq = p.max_q_len(), d = p.head_dim;
   out->assign(static_cast<size_t>(p.batch * p.q_heads * mq * d), 0.0);
   const double scale = static_cast<double>(p.EffectiveScale());
   const double ninf = -std::numeric_limits<double>::infinity();
   std::vector<double> logits;
   std::vector<float> k, v, q;
+  std::vector<double> k_scale, v_scale;  // 1 unless K/V are i8
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t kl = p.kv_lens[b], ql = p.q_lens[b];
     if (ql == 0) continue;
@@ -56,6 +75,8 @@ Status OracleAttention(const AttentionProblem& p, const AttentionArgs& args,
       // K and V of this kv head, read once for its group of query heads.
       WidenRows(args.k, b, kh, kl, k);
       WidenRows(args.v, b, kh, kl, v);
+      WidenScales(args.k_scale, b, kh, kl, k_scale);
+      WidenScales(args.v_scale, b, kh, kl, v_scale);
       for (int64_t g = 0; g < p.group_size(); ++g) {
         const int64_t h = kh * p.group_size() + g;
         WidenRows(args.q, b, h, ql, q);
@@ -65,7 +86,7 @@ Status OracleAttention(const AttentionProblem& p, const AttentionArgs& args,
           for (int64_t j = 0; j < kl; ++j) {
             double x = ninf;
             if (j >= r.begin && j < r.end) {
-              x = scale * DotF64(&q[i * d], &k[j * d], d);
+              x = scale * k_scale[j] * DotF64(&q[i * d], &k[j * d], d);
               if (p.mask == MaskKind::kBias) {
                 x += args.bias.Load(b, args.bias.shape[1] == 1 ? 0 : h, i, j);
               }
@@ -81,7 +102,7 @@ Status OracleAttention(const AttentionProblem& p, const AttentionArgs& args,
             sum += logits[j];
           }
           for (int64_t j = 0; j < kl; ++j) {
-            const double w = logits[j] / sum;
+            const double w = logits[j] / sum * v_scale[j];
             if (w == 0.0) continue;
             const float* vj = &v[j * d];
             for (int64_t e = 0; e < d; ++e) {

@@ -44,9 +44,10 @@ struct Workspace {
 
 // The [rows, head_dim] matrix of view t at (b, h), as f32. f32 views are
 // mapped in place through their strides (no copy); bf16 is widened into
-// `scratch`.
+// `scratch`, i8 dequantized into it (row r times scales[b, h, r]), as the
+// frameworks that store a quantized cache do before their attention.
 StridedMap HeadMatrix(const TensorView& t, int64_t b, int64_t h, int64_t rows,
-                      AlignedFloats& scratch) {
+                      AlignedFloats& scratch, const TensorView& scales = {}) {
   const int64_t cols = t.shape[3];
   if (t.dtype == DType::kF32) {
     const float* base =
@@ -56,8 +57,13 @@ StridedMap HeadMatrix(const TensorView& t, int64_t b, int64_t h, int64_t rows,
                           t.strides[2], t.strides[3]));
   }
   float* out = Workspace::Get(scratch, rows * cols);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = t.Load(b, h, r, c);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale =
+        t.dtype == DType::kI8 ? scales.Load(b, h, r, 0) : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      out[r * cols + c] = t.Load(b, h, r, c) * scale;
+    }
+  }
   return StridedMap(out, rows, cols,
                     Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(cols, 1));
 }
@@ -92,6 +98,7 @@ class ReferenceBackend final : public Backend {
 Status AttentionWith(const AttentionProblem& p, const AttentionArgs& args,
                      Workspace& ws) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+  ATTNKIT_RETURN_IF_ERROR(CheckKvScaleValues(p, args.k_scale, args.v_scale));
   const float scale = p.EffectiveScale();
   const float ninf = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -100,8 +107,8 @@ Status AttentionWith(const AttentionProblem& p, const AttentionArgs& args,
     for (int64_t kh = 0; kh < p.kv_heads; ++kh) {
       // K and V of this kv head serve all group_size() query heads (GQA by
       // head mapping: no repeated K/V).
-      const StridedMap k = HeadMatrix(args.k, b, kh, kl, ws.k);
-      const StridedMap v = HeadMatrix(args.v, b, kh, kl, ws.v);
+      const StridedMap k = HeadMatrix(args.k, b, kh, kl, ws.k, args.k_scale);
+      const StridedMap v = HeadMatrix(args.v, b, kh, kl, ws.v, args.v_scale);
       for (int64_t g = 0; g < p.group_size(); ++g) {
         const int64_t h = kh * p.group_size() + g;
         const StridedMap q = HeadMatrix(args.q, b, h, ql, ws.q);

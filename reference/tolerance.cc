@@ -51,13 +51,18 @@ ErrorStats MeasureError(const AttentionProblem& p,
   return s;
 }
 
-double ValueScale(const AttentionProblem& p, const TensorView& v) {
+double ValueScale(const AttentionProblem& p, const TensorView& v,
+                  const TensorView& v_scale) {
   double m = 0;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.kv_heads; ++h)
       for (int64_t j = 0; j < p.kv_lens[b]; ++j)
         for (int64_t e = 0; e < p.head_dim; ++e) {
-          const double x = std::fabs(static_cast<double>(v.Load(b, h, j, e)));
+          const double s = v.dtype == DType::kI8 && !v_scale.is_null()
+                               ? v_scale.Load(b, h, j, 0)
+                               : 1.0;
+          const double x =
+              std::fabs(static_cast<double>(v.Load(b, h, j, e)) * s);
           if (std::isfinite(x)) m = std::max(m, x);
         }
   return m;
@@ -83,8 +88,8 @@ LogitSensitivity MeasureLogitSensitivity(const AttentionProblem& p,
     weight.resize(kl);
     mag.resize(kl);
     for (int64_t kh = 0; kh < p.kv_heads; ++kh) {
-      WidenRows(args.k, b, kh, kl, k);
-      WidenRows(args.v, b, kh, kl, v);
+      WidenRows(args.k, b, kh, kl, k, args.k_scale);
+      WidenRows(args.v, b, kh, kl, v, args.v_scale);
       for (int64_t g = 0; g < p.group_size(); ++g) {
         const int64_t h = kh * p.group_size() + g;
         WidenRows(args.q, b, h, ql, q);
@@ -176,7 +181,7 @@ StatusOr<Truth> ComputeTruth(const AttentionProblem& p,
     return Status::Internal("the naive reference produced NaN/Inf on " +
                             p.ToString());
   }
-  t.bounds = ToleranceFor(p, naive, ValueScale(p, args.v),
+  t.bounds = ToleranceFor(p, naive, ValueScale(p, args.v, args.v_scale),
                           MeasureLogitSensitivity(p, args, t.oracle));
   return t;
 }

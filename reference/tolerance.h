@@ -48,7 +48,9 @@ ErrorStats MeasureError(const AttentionProblem& p,
 
 // The magnitude errors scale with: the largest finite |v| within the lengths
 // (every output is a convex combination of V rows).
-double ValueScale(const AttentionProblem& p, const TensorView& v);
+// (`v_scale`: an i8 V's scales, which the values are multiplied by.)
+double ValueScale(const AttentionProblem& p, const TensorView& v,
+                  const TensorView& v_scale = {});
 
 // How much a correct f32 kernel's output may move because its logits are
 // rounded differently: to first order, output element (i, e) moves by
@@ -77,8 +79,9 @@ struct Bounds {
 inline constexpr double kMaxErrorFactor = 2.0;
 inline constexpr double kMeanErrorFactor = 1.5;
 
-// The floor, in units of value_scale. Math is f32 for both storage dtypes
-// (bf16 inputs widen exactly, so the oracle sees the same numbers), hence
+// The floor, in units of value_scale. Math is f32 for every storage dtype
+// (bf16 inputs widen exactly, i8 K/V are their integers times their scales
+// in the oracle too, so the oracle sees the same numbers), hence
 // the same unit: eps_f32 = 2^-24. A correct kernel's extra error where the
 // naive one is exact is its exp approximation (Cephes-style polynomials in
 // xsimd/MLIR's math dialect: <= 2-3 ulp), the rescale by exp(m_old - m_new)

@@ -30,6 +30,15 @@ Status AttentionBlockProblem::Validate() const {
     return bad("dtype=" + std::string(DTypeName(attention.dtype)) +
                ": the block's KV cache is f32 (weights may be bf16: w=bf16)");
   }
+  if (attention.KvDType() != DType::kF32) {
+    return bad("kv_dtype=" + std::string(DTypeName(attention.KvDType())) +
+               ": the block's KV cache is f32 (a quantized cache would need "
+               "the block to quantize its K/V projections)");
+  }
+  if (weight_dtype != DType::kF32 && weight_dtype != DType::kBF16) {
+    return bad("w=" + std::string(DTypeName(weight_dtype)) +
+               ": weights are f32 or bf16");
+  }
   for (int64_t b = 0; b < attention.batch; ++b) {
     if (attention.kv_lens[b] < attention.q_lens[b]) {
       return bad("kv_lens[" + std::to_string(b) +
@@ -170,7 +179,8 @@ Status ValidateBlockArgs(const AttentionBlockProblem& p,
   ATTNKIT_RETURN_IF_ERROR(CheckTensorView("out", a.out, DType::kF32,
                                           {at.batch, 1, mq, p.out_width()},
                                           true, p.out_width(), 3));
-  return CheckKvAndBias(at, a.k_cache, a.v_cache, a.bias, "k_cache", "v_cache");
+  return CheckKvAndBias(at, {a.k_cache, a.v_cache, {}, {}}, a.bias, "k_cache",
+                        "v_cache");
 }
 
 }  // namespace attnkit

@@ -20,21 +20,29 @@ namespace attnkit {
 //   k_cache, v_cache : [batch, kv_heads, capacity, head_dim] in the cache's
 //                      layout (strides) and storage dtype
 //   new_k, new_v     : [batch, kv_heads, >= max(new_lens), head_dim], same
-//                      dtype, any strides
+//                      dtype (f32 or bf16 for an i8 cache), any strides
+//   k_scale, v_scale : an i8 cache's scales, [batch, kv_heads, capacity, 1]
+//                      f32 (KvScaleStrides); null for f32/bf16 caches
 // Sequence b's tokens t < new_lens[b] go to position positions[b] + t. Only
-// those bytes are written.
+// those bytes are written: into an i8 cache each new row is quantized
+// straight into its slot and its scale into the scale tensor (QuantizeRowI8,
+// the one rule), so no dequantized or staged copy exists.
 struct KvAppendArgs {
   TensorView k_cache, v_cache;
   TensorView new_k, new_v;
   std::span<const int64_t> positions;
   std::span<const int64_t> new_lens;
+  TensorView k_scale, v_scale;
 };
 
 // Checks shapes, dtypes and that every sequence fits: an overflow is an
-// OUT_OF_RANGE error naming the sequence, its length and the capacity.
+// OUT_OF_RANGE error naming the sequence, its length and the capacity. For an
+// i8 cache also the scales' views and that every new value is finite (an
+// int8 cannot hold an infinity or a NaN; the error names the element).
 Status ValidateAppend(const KvAppendArgs& a);
 
-// Bytes an append of `a` writes: the new tokens of K and V, every head.
+// Bytes an append of `a` writes: the new tokens of K and V, every head (and
+// their scales for an i8 cache).
 int64_t AppendedBytes(const KvAppendArgs& a);
 
 // The portable strided append (element by element, contiguous runs with

@@ -1,9 +1,12 @@
-// Storage dtypes. Math is always f32 (or f64 in the oracle); bf16 is a storage
-// format only.
+// Storage dtypes. Math is always f32 (or f64 in the oracle); bf16 and i8 are
+// storage formats only. i8 is for K and V alone (a quantized KV cache): each
+// row of head_dim values (one token of one kv head) is stored as int8 with
+// one f32 scale, value = q * scale (QuantizeRowI8 below).
 #ifndef ATTNKIT_RUNTIME_DTYPE_H_
 #define ATTNKIT_RUNTIME_DTYPE_H_
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -12,14 +15,31 @@
 
 namespace attnkit {
 
-enum class DType : uint8_t { kF32 = 0, kBF16 = 1 };
+enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kI8 = 2 };
 
-constexpr int64_t DTypeSize(DType t) { return t == DType::kBF16 ? 2 : 4; }
+constexpr int64_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return 2;
+    case DType::kI8:
+      return 1;
+    case DType::kF32:
+      break;
+  }
+  return 4;
+}
 inline constexpr auto kDTypeNames = MakeEnumTable<DType>({
     {DType::kF32, "f32"},
     {DType::kBF16, "bf16"},
+    {DType::kI8, "i8"},
 });
 static_assert(kDTypeNames.RoundTrips());
+// The dtypes of q, out and weights (every tensor but a quantized K/V): what
+// a --dtype flag offers.
+inline constexpr auto kFloatDTypeNames = MakeEnumTable<DType>({
+    {DType::kF32, "f32"},
+    {DType::kBF16, "bf16"},
+});
 inline std::string_view DTypeName(DType t) { return kDTypeNames.Name(t); }
 inline std::optional<DType> ParseDType(std::string_view s) {
   return kDTypeNames.Parse(s);
@@ -51,6 +71,26 @@ struct bf16 {
   friend constexpr bool operator==(bf16 a, bf16 b) { return a.bits == b.bits; }
 };
 static_assert(sizeof(bf16) == 2);
+
+// The int8 quantization rule of a quantized KV cache -- the one definition
+// every writer (the cache append, the tester's inputs, every backend) uses,
+// so a cache's bytes are bit-exact across backends:
+//   scale = absmax / 127  (absmax = max |x| over the row; f32 division)
+//   q[e]  = round-half-to-even(x[e] / scale), within [-127, 127]
+// A row whose scale is not positive (all zeros, or an absmax so small that
+// absmax / 127 underflows to 0) gets scale 1 and stores zeros. Symmetric:
+// -128 is never produced. The row's values must be finite (the append
+// refuses others: an int8 cannot hold them).
+inline float I8ScaleOf(float absmax) {
+  const float scale = absmax / 127.0f;
+  return scale > 0.0f ? scale : 1.0f;
+}
+inline int8_t QuantizeI8(float x, float scale) {
+  // nearbyint rounds in the current mode: to nearest, ties to even (the
+  // mode attnkit never changes), as the vector cvtps2dq does.
+  const float r = std::nearbyint(x / scale);
+  return static_cast<int8_t>(std::fmin(std::fmax(r, -127.0f), 127.0f));
+}
 
 }  // namespace attnkit
 

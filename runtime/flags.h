@@ -5,7 +5,7 @@
 //
 //   FlagParser flags("attnkit decode [flags]");
 //   flags.Int64("--layers", &layers, 1, 4096, "attention layers (default 4)")
-//       .Enum("--dtype", &dtype, kDTypeNames, "storage of q, k, v")
+//       .Enum("--dtype", &dtype, kFloatDTypeNames, "storage of q, k, v")
 //       .Strings("--plugin", &plugins, "LIB.so", "a plug-in (repeatable)");
 //   Status s = flags.Parse(argc - 1, argv + 1);
 //   if (flags.help()) { std::fputs(flags.Usage().c_str(), stdout); ... }

@@ -42,7 +42,7 @@ FlagParser MakeParser(Targets& t) {
       .Strings("--plugin", &t.plugins, "LIB.so", "a plug-in (repeatable)",
                "needs a file name")
       .Bool("--quick", &t.quick, "the reduced grid")
-      .Enum("--dtype", &t.dtype, kDTypeNames, "storage")
+      .Enum("--dtype", &t.dtype, kFloatDTypeNames, "storage")
       .Enum("--layout", &t.layout, kKvLayoutNames, "KV layout")
       .Custom("--time-budget", "S", "seconds",
               [&t](std::string_view v) -> std::string {

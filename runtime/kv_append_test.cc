@@ -13,7 +13,7 @@ struct Fixture {
   Tensor kc, vc, nk, nv;
   std::vector<int64_t> pos, lens;
   KvAppendArgs Args() const {
-    return {kc.view, vc.view, nk.view, nv.view, pos, lens};
+    return {kc.view, vc.view, nk.view, nv.view, pos, lens, {}, {}};
   }
 };
 
@@ -92,11 +92,11 @@ TEST(KvAppendTest, AZeroCapacityCacheTakesZeroTokens) {
   ASSERT_EQ(kc.view.data, nullptr);
   const std::vector<int64_t> pos{0}, none{0}, one{1};
   EXPECT_TRUE(
-      ValidateAppend({kc.view, vc.view, nk.view, nv.view, pos, none}).ok());
-  EXPECT_EQ(AppendKvStrided({kc.view, vc.view, nk.view, nv.view, pos, none}),
+      ValidateAppend({kc.view, vc.view, nk.view, nv.view, pos, none, {}, {}}).ok());
+  EXPECT_EQ(AppendKvStrided({kc.view, vc.view, nk.view, nv.view, pos, none, {}, {}}),
             0);
   EXPECT_EQ(
-      ValidateAppend({kc.view, vc.view, nk.view, nv.view, pos, one}).code(),
+      ValidateAppend({kc.view, vc.view, nk.view, nv.view, pos, one, {}, {}}).code(),
       StatusCode::kInvalidArgument);  // one token: more than new_k holds
 }
 

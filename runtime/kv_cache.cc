@@ -29,9 +29,9 @@ Status KvCacheConfig::Validate() const {
                std::to_string(kMaxHeadDim) + "]");
   }
   if (capacity < 1) return bad(Field("capacity", capacity) + " must be >= 1");
-  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kI8) {
     return bad("dtype=" + std::to_string(static_cast<int>(dtype)) +
-               " is not f32 or bf16");
+               " is not f32, bf16 or i8");
   }
   if (layout != KvLayout::kBHSD && layout != KvLayout::kBSHD &&
       layout != KvLayout::kTransposedV) {
@@ -41,8 +41,10 @@ Status KvCacheConfig::Validate() const {
   // 2 * layers tensors, each rounded up to 64 bytes, then the lengths:
   // refuse sizes whose arithmetic would overflow rather than allocate a
   // wrapped-around size.
+  // (An i8 cache's scales, 4 bytes a row, are at most its tensors' size.)
   const auto tensor = CheckedProduct(
-      {batch, kv_heads, capacity, head_dim, ElementSize(), int64_t{2}});
+      {batch, kv_heads, capacity, head_dim, ElementSize(), int64_t{2},
+       dtype == DType::kI8 ? int64_t{5} : int64_t{1}});
   const auto all = tensor ? CheckedProduct({*tensor, layers}) : std::nullopt;
   const auto layers1 = CheckedAdd(layers, 1);
   const auto meta =
@@ -68,9 +70,14 @@ StatusOr<KvCache> KvCache::Create(const KvCacheConfig& config) {
                                config.ElementSize();
   constexpr int64_t kAlign = static_cast<int64_t>(AlignedBuffer::kAlignment);
   c.tensor_stride_bytes_ = (tensor_bytes + kAlign - 1) / kAlign * kAlign;
+  if (config.dtype == DType::kI8) {
+    const int64_t scale_bytes =
+        config.batch * config.kv_heads * config.capacity * 4;
+    c.scale_stride_bytes_ = (scale_bytes + kAlign - 1) / kAlign * kAlign;
+  }
   const int64_t meta_bytes = (config.layers + 1) * config.batch *
                              static_cast<int64_t>(sizeof(int64_t));
-  const int64_t total = 2 * config.layers * c.tensor_stride_bytes_ + meta_bytes;
+  const int64_t total = c.data_bytes() + meta_bytes;
   try {
     // Zero-initialised by AlignedBuffer: every length starts at 0.
     c.storage_ = AlignedBuffer(static_cast<size_t>(total));
@@ -92,9 +99,22 @@ TensorView KvCache::Tensor(int64_t layer, bool is_v) const {
   return t;
 }
 
+TensorView KvCache::Scales(int64_t layer, bool is_v) const {
+  if (config_.dtype != DType::kI8) return {};
+  TensorView t;
+  t.data = static_cast<std::byte*>(storage_.data()) +
+           2 * config_.layers * tensor_stride_bytes_ +
+           (2 * layer + (is_v ? 1 : 0)) * scale_stride_bytes_;
+  t.dtype = DType::kF32;
+  t.shape = {config_.batch, config_.kv_heads, config_.capacity, 1};
+  t.strides = KvScaleStrides(t.shape);
+  return t;
+}
+
 KvCache::View KvCache::Full(int64_t layer) const {
   assert(layer >= 0 && layer < config_.layers);
-  return {Tensor(layer, false), Tensor(layer, true)};
+  return {Tensor(layer, false), Tensor(layer, true), Scales(layer, false),
+          Scales(layer, true)};
 }
 
 int64_t KvCache::max_length(int64_t layer) const {
@@ -107,6 +127,10 @@ KvCache::View KvCache::Prefix(int64_t layer) const {
   const int64_t n = max_length(layer);
   full.k.shape[2] = n;
   full.v.shape[2] = n;
+  if (!full.k_scale.is_null()) {
+    full.k_scale.shape[2] = n;
+    full.v_scale.shape[2] = n;
+  }
   return full;
 }
 
@@ -126,21 +150,13 @@ Status KvCache::Append(int64_t layer, const TensorView& new_k,
   a.new_v = new_v;
   a.positions = lengths(layer);
   a.new_lens = new_lens;
+  a.k_scale = full.k_scale;
+  a.v_scale = full.v_scale;
   // Validated here, before any backend sees it, so that "an error leaves the
   // cache unchanged" holds whatever the backend's kernel does.
   if (Status s = ValidateAppend(a); !s.ok()) {
     return Status(s.code(), "kv cache layer " + std::to_string(layer) + ": " +
                                 s.message());
-  }
-  if (new_v.shape[2] < new_k.shape[2]) {
-    for (int64_t b = 0; b < config_.batch; ++b) {
-      if (new_lens[b] > new_v.shape[2]) {
-        return Status::InvalidArgument(
-            "kv cache append: new_lens[" + std::to_string(b) +
-            "]=" + std::to_string(new_lens[b]) + " exceeds new_v's extent " +
-            std::to_string(new_v.shape[2]));
-      }
-    }
   }
   if (backend != nullptr) {
     ATTNKIT_RETURN_IF_ERROR(backend->AppendKv(a));

@@ -13,6 +13,11 @@
 // product reads it contiguously along s; the append is the producer that
 // writes it in that layout). Each tensor starts on a 64-byte boundary.
 //
+// An i8 cache (dtype kI8: a quantized cache) also holds, per layer, a K and
+// a V scale tensor [batch, kv_heads, capacity, 1] f32 (KvScaleStrides), in
+// the same allocation after the K/V tensors: Append quantizes each new row
+// straight into its slot (QuantizeRowI8) and writes its scale.
+//
 // Lengths are tracked per layer and per sequence (ragged). Append(layer, ...)
 // writes at that layer's current lengths and advances them, so a decode step
 // is simply "for each layer: Append, then attend over Prefix(layer)", and
@@ -46,9 +51,11 @@ struct KvCacheConfig {
   // total size overflows int64.
   Status Validate() const;
   int64_t ElementSize() const { return DTypeSize(dtype); }
-  // Bytes of one token of one layer, K and V, all sequences and heads.
+  // Bytes of one token of one layer, K and V (and their scales when i8),
+  // all sequences and heads.
   int64_t TokenBytesPerLayer() const {
-    return 2 * batch * kv_heads * head_dim * ElementSize();
+    const int64_t scale = dtype == DType::kI8 ? 4 : 0;
+    return 2 * batch * kv_heads * (head_dim * ElementSize() + scale);
   }
 };
 
@@ -62,8 +69,9 @@ class KvCache {
   const KvCacheConfig& config() const { return config_; }
 
   // Appends sequence b's first new_lens[b] tokens of new_k/new_v
-  // ([batch, kv_heads, >= max(new_lens), head_dim], the cache's dtype, any
-  // strides) at positions lengths(layer)[b].., then advances that layer's
+  // ([batch, kv_heads, >= max(new_lens), head_dim], the cache's dtype -- f32
+  // or bf16 for an i8 cache, which quantizes them -- any strides) at
+  // positions lengths(layer)[b].., then advances that layer's
   // lengths. The copy goes through `backend`'s AppendKv (its own in-place
   // kernel) or, when null, the portable AppendKvStrided; either records the
   // bytes it wrote with accounting::RecordCopy.
@@ -80,8 +88,10 @@ class KvCache {
   // max(lengths(layer)) along seq, the cache's capacity strides, no copy.
   // Pair with problem.kv_lens = lengths(layer) (shorter sequences' extra
   // positions are past their length and never read).
+  // k_scale/v_scale: an i8 cache's scales (null views otherwise), for
+  // AttentionArgs.k_scale/.v_scale.
   struct View {
-    TensorView k, v;
+    TensorView k, v, k_scale, v_scale;
   };
   View Prefix(int64_t layer) const;
   // The whole [batch, kv_heads, capacity, head_dim] tensors of a layer.
@@ -106,21 +116,25 @@ class KvCache {
   // sequence's length produce NaN, which the differential checks catch.
   void Clear(std::byte fill = std::byte{0});
 
-  // The K/V storage, every layer (tests compare it byte for byte).
+  // The K/V storage (and scales), every layer (tests compare it byte for
+  // byte).
   std::span<const std::byte> bytes() const {
     return {static_cast<const std::byte*>(storage_.data()),
-            static_cast<size_t>(2 * config_.layers * tensor_stride_bytes_)};
+            static_cast<size_t>(data_bytes())};
   }
 
  private:
   KvCache() = default;
   TensorView Tensor(int64_t layer, bool is_v) const;
+  TensorView Scales(int64_t layer, bool is_v) const;
+  int64_t data_bytes() const {
+    return 2 * config_.layers * (tensor_stride_bytes_ + scale_stride_bytes_);
+  }
   // [layers][batch] lengths, then [batch] scratch for the uniform Append,
-  // after the tensors in storage_.
+  // after the tensors (and scales) in storage_.
   int64_t* lengths_ptr() const {
     return reinterpret_cast<int64_t*>(static_cast<std::byte*>(storage_.data()) +
-                                      2 * config_.layers *
-                                          tensor_stride_bytes_);
+                                      data_bytes());
   }
   int64_t* uniform_lens_ptr() const {
     return lengths_ptr() + config_.layers * config_.batch;
@@ -129,6 +143,7 @@ class KvCache {
   KvCacheConfig config_;
   AlignedBuffer storage_;
   int64_t tensor_stride_bytes_ = 0;  // between consecutive K/V tensors
+  int64_t scale_stride_bytes_ = 0;   // between scale tensors (0 unless i8)
 };
 
 }  // namespace attnkit

@@ -69,6 +69,20 @@ Status AttentionProblem::Validate() const {
     return bad("dtype=" + std::to_string(static_cast<int>(dtype)) +
                " is not a DType");
   }
+  if (dtype == DType::kI8) {
+    return bad(
+        "dtype=i8 is a K/V storage only: q is f32 or bf16 (set kv_dtype=i8 "
+        "for a quantized KV cache)");
+  }
+  if (kv_dtype && !kDTypeNames.IsValid(*kv_dtype)) {
+    return bad("kv_dtype=" + std::to_string(static_cast<int>(*kv_dtype)) +
+               " is not a DType");
+  }
+  if (kv_dtype && *kv_dtype != dtype && *kv_dtype != DType::kI8) {
+    return bad("kv_dtype=" + std::string(DTypeName(*kv_dtype)) +
+               " differs from dtype=" + std::string(DTypeName(dtype)) +
+               ": K/V are stored in q's dtype or in i8");
+  }
   if (!kKvLayoutNames.IsValid(layout)) {
     return bad("layout=" + std::to_string(static_cast<int>(layout)) +
                " is not a KvLayout");
@@ -193,6 +207,7 @@ std::string AttentionProblem::ToString() const {
     s += buf;
   }
   s += ",dtype=" + std::string(DTypeName(dtype));
+  if (kv_dtype) s += ",kv_dtype=" + std::string(DTypeName(*kv_dtype));
   s += ",layout=" + std::string(KvLayoutName(layout));
   return s;
 }
@@ -287,6 +302,10 @@ StatusOr<AttentionProblem> ParseProblem(std::string_view text) {
       auto d = ParseDType(val);
       if (!d) return bad(kDTypeNames.NotOneOf("dtype", vs));
       p.dtype = *d;
+    } else if (key == "kv_dtype") {
+      auto d = ParseDType(val);
+      if (!d) return bad(kDTypeNames.NotOneOf("kv_dtype", vs));
+      p.kv_dtype = *d;
     } else if (key == "layout") {
       auto l = ParseKvLayout(val);
       if (!l) return bad(kKvLayoutNames.NotOneOf("layout", vs));
@@ -391,19 +410,38 @@ Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& a) {
   ATTNKIT_RETURN_IF_ERROR(CheckTensorView("out", a.out, DType::kF32,
                                           {p.batch, p.q_heads, mq, p.head_dim},
                                           true, p.head_dim, 3));
-  return CheckKvAndBias(p, a.k, a.v, a.bias, "k", "v");
+  return CheckKvAndBias(p, {a.k, a.v, a.k_scale, a.v_scale}, a.bias, "k", "v");
 }
 
-Status CheckKvAndBias(const AttentionProblem& p, const TensorView& k,
-                      const TensorView& v, const TensorView& bias,
-                      std::string_view k_name, std::string_view v_name) {
+Status CheckKvAndBias(const AttentionProblem& p, const KvViews& kv,
+                      const TensorView& bias, std::string_view k_name,
+                      std::string_view v_name) {
   const int64_t mq = p.max_q_len(), mkv = p.max_kv_len();
+  const DType kv_dtype = p.KvDType();
   ATTNKIT_RETURN_IF_ERROR(CheckTensorView(
-      k_name, k, p.dtype, {p.batch, p.kv_heads, mkv, p.head_dim}, true,
+      k_name, kv.k, kv_dtype, {p.batch, p.kv_heads, mkv, p.head_dim}, true,
       p.head_dim, 3));
   ATTNKIT_RETURN_IF_ERROR(CheckTensorView(
-      v_name, v, p.dtype, {p.batch, p.kv_heads, mkv, p.head_dim}, true,
+      v_name, kv.v, kv_dtype, {p.batch, p.kv_heads, mkv, p.head_dim}, true,
       p.head_dim, p.layout == KvLayout::kTransposedV ? 2 : 3));
+  for (const auto& [name, scale] : {std::pair{k_name, &kv.k_scale},
+                                    std::pair{v_name, &kv.v_scale}}) {
+    const std::string scale_name = std::string(name) + "_scale";
+    if (kv_dtype == DType::kI8) {
+      if (scale->is_null() && mkv > 0) {
+        return Status::InvalidArgument(
+            scale_name + ": missing: " + std::string(name) +
+            " is i8 and needs one f32 scale per token and kv head");
+      }
+      ATTNKIT_RETURN_IF_ERROR(CheckTensorView(scale_name, *scale, DType::kF32,
+                                              {p.batch, p.kv_heads, mkv, 1},
+                                              true, 1, 2));
+    } else if (!scale->is_null()) {
+      return Status::InvalidArgument(
+          scale_name + ": given but " + std::string(name) + " is " +
+          std::string(DTypeName(kv_dtype)) + " (scales are for i8 K/V)");
+    }
+  }
   if (p.mask == MaskKind::kBias) {
     const int64_t bh = bias.shape[1];
     if (bh != 1 && bh != p.q_heads) {
@@ -419,6 +457,34 @@ Status CheckKvAndBias(const AttentionProblem& p, const TensorView& k,
         " (use mask=bias)");
   }
   return Status::Ok();
+}
+
+Status CheckKvScaleValues(const AttentionProblem& p, const TensorView& k_scale,
+                          const TensorView& v_scale, std::string_view k_name,
+                          std::string_view v_name) {
+  if (!p.quantized_kv()) return Status::Ok();
+  for (const auto& [name, t] :
+       {std::pair{k_name, &k_scale}, std::pair{v_name, &v_scale}}) {
+    const float* base = static_cast<const float*>(t->data);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t h = 0; h < p.kv_heads; ++h) {
+        for (int64_t j = 0; j < p.kv_lens[b]; ++j) {
+          const float s = base[t->Offset(b, h, j, 0)];
+          if (!(std::isfinite(s) && s > 0.0f)) {
+            std::ostringstream os;
+            os << name << "[" << b << "," << h << "," << j << "]=" << s
+               << " must be finite and positive";
+            return Status::InvalidArgument(os.str());
+          }
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+std::array<int64_t, 4> KvScaleStrides(const std::array<int64_t, 4>& shape) {
+  return ContiguousStrides(shape);
 }
 
 }  // namespace attnkit

@@ -81,11 +81,16 @@ struct AttentionProblem {
   MaskKind mask = MaskKind::kNone;
   int64_t window = 0;          // only with MaskKind::kWindow, must be >= 1
   std::optional<float> scale;  // default 1/sqrt(head_dim)
-  DType dtype = DType::kF32;   // storage of q, k, v; math is f32
+  DType dtype = DType::kF32;   // storage of q (and k, v); math is f32
+  // K/V storage when it differs from q's: only i8 (a quantized cache, with
+  // k_scale/v_scale in the args). Unset: K/V are in `dtype`.
+  std::optional<DType> kv_dtype;
   KvLayout layout = KvLayout::kBHSD;
 
   Status Validate() const;
 
+  DType KvDType() const { return kv_dtype.value_or(dtype); }
+  bool quantized_kv() const { return KvDType() == DType::kI8; }
   float EffectiveScale() const;
   int64_t max_q_len() const;
   int64_t max_kv_len() const;
@@ -98,6 +103,7 @@ struct AttentionProblem {
 
   // A canonical one-line form, e.g.
   //   b=2,hq=8,hkv=2,d=64,q=3:1,kv=17:300,mask=causal,dtype=f32,layout=bhsd
+  // (",kv_dtype=i8" after the dtype when kv_dtype is set).
   // ParseProblem(ToString()) round-trips exactly.
   std::string ToString() const;
 };
@@ -117,21 +123,48 @@ KeyRange VisibleKeys(const AttentionProblem& p, int64_t b, int64_t i);
 //   q, out : [batch, q_heads,  >= max_q_len,  head_dim]
 //   k, v   : [batch, kv_heads, >= max_kv_len, head_dim]
 //   bias   : [batch, q_heads or 1, >= max_q_len, >= max_kv_len] (kBias only)
-// q, k, v are in the problem's dtype; bias and out are f32. Extents may exceed
+//   k_scale, v_scale : [batch, kv_heads, >= max_kv_len, 1], f32, unit stride
+//            along seq (i8 K/V only; null otherwise): element (b, h, j, 0)
+//            is the scale of token j's row, k[b, h, j, :] * k_scale[b, h, j]
+//            is the key (QuantizeRowI8). Finite and positive
+//            (CheckKvScaleValues).
+// q is in the problem's dtype, k and v in its KvDType(); bias and out are
+// f32. Extents may exceed
 // the lengths (a KV-cache prefix keeps its capacity strides). Backends write
 // out rows i < q_lens[b] only. The layout fixes which dims are unit-stride:
 // d for q, out and k; d for v except kTransposedV, where it is s.
 struct AttentionArgs {
   TensorView q, k, v, bias, out;
+  TensorView k_scale, v_scale;
 };
 
 Status ValidateArgs(const AttentionProblem& p, const AttentionArgs& args);
 
-// The K and V views (named k_name, v_name in errors) and the bias of `p`:
-// what ValidateArgs checks of them, for callers whose K/V are a cache.
-Status CheckKvAndBias(const AttentionProblem& p, const TensorView& k,
-                      const TensorView& v, const TensorView& bias,
-                      std::string_view k_name, std::string_view v_name);
+// The K and V views (named k_name, v_name in errors), their scales (named
+// k_name + "_scale", ...: present exactly when K/V are i8) and the bias of
+// `p`: what ValidateArgs checks of them, for callers whose K/V are a cache.
+// Shapes, dtypes and strides only, O(1).
+struct KvViews {
+  TensorView k, v, k_scale, v_scale;
+};
+Status CheckKvAndBias(const AttentionProblem& p, const KvViews& kv,
+                      const TensorView& bias, std::string_view k_name,
+                      std::string_view v_name);
+
+// The values of an i8 K/V's scales: every scale a row within the lengths
+// reads is finite and positive; the error names the tensor, the element and
+// its value. O(batch * kv_heads * max_kv_len) reads, so the fast backends do
+// not run it per call (a decode step would read ~3% more bytes, single-
+// threaded): scales come from QuantizeRowI8 (the cache's append, the
+// tester's inputs), which produces only such values; the reference, the
+// oracle and the tester check them. Ok for K/V that are not i8.
+Status CheckKvScaleValues(const AttentionProblem& p, const TensorView& k_scale,
+                          const TensorView& v_scale,
+                          std::string_view k_name = "k_scale",
+                          std::string_view v_name = "v_scale");
+
+// Strides of an i8 K/V's scale tensor [batch, kv_heads, seq, 1]: [b][h][s].
+std::array<int64_t, 4> KvScaleStrides(const std::array<int64_t, 4>& shape);
 
 // One tensor argument against what it must be: `dtype`; dims 0 and 1 equal
 // to min_shape's (`exact_dims01`) or at least them; dim 2 at least

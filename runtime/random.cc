@@ -128,10 +128,15 @@ StatusOr<AttentionData> AttentionData::Create(const AttentionProblem& p,
   try {
     d.q_ = AllocateRows(p.dtype, qshape, layout.q);
     d.out_ = AllocateRows(DType::kF32, qshape, layout.out);
-    d.k_ =
-        Tensor::Allocate(p.dtype, kvshape, KvStrides(p.layout, false, kvshape));
-    d.v_ =
-        Tensor::Allocate(p.dtype, kvshape, KvStrides(p.layout, true, kvshape));
+    d.k_ = Tensor::Allocate(p.KvDType(), kvshape,
+                            KvStrides(p.layout, false, kvshape));
+    d.v_ = Tensor::Allocate(p.KvDType(), kvshape,
+                            KvStrides(p.layout, true, kvshape));
+    if (p.quantized_kv()) {
+      const std::array<int64_t, 4> sshape{p.batch, p.kv_heads, mkv, 1};
+      d.k_scale_ = Tensor::Allocate(DType::kF32, sshape, KvScaleStrides(sshape));
+      d.v_scale_ = Tensor::Allocate(DType::kF32, sshape, KvScaleStrides(sshape));
+    }
     if (p.mask == MaskKind::kBias) {
       d.bias_ = Tensor::Contiguous(DType::kF32, {p.batch, bias_heads, mq, mkv});
     }
@@ -141,7 +146,8 @@ StatusOr<AttentionData> AttentionData::Create(const AttentionProblem& p,
         std::string(p.mask == MaskKind::kBias ? ", bias" : "") + " of " +
         p.ToString() + " with kv_capacity=" + std::to_string(mkv));
   }
-  d.args_ = {d.q_.view, d.k_.view, d.v_.view, d.bias_.view, d.out_.view};
+  d.args_ = {d.q_.view,   d.k_.view,       d.v_.view,      d.bias_.view,
+             d.out_.view, d.k_scale_.view, d.v_scale_.view};
   return d;
 }
 
@@ -237,7 +243,15 @@ void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
                          ValueProfile profile,
                          std::span<const int64_t> origins) {
   const uint64_t key = rng.Next();
-  const TensorView &q = q_.view, &k = k_.view, &v = v_.view;
+  // i8 K/V: the profile's values are drawn in f32 and quantized below.
+  Tensor k_values, v_values;
+  if (p.quantized_kv()) {
+    k_values = Tensor::Contiguous(DType::kF32, k_.view.shape);
+    v_values = Tensor::Contiguous(DType::kF32, v_.view.shape);
+  }
+  const TensorView &q = q_.view;
+  const TensorView &k = p.quantized_kv() ? k_values.view : k_.view;
+  const TensorView &v = p.quantized_kv() ? v_values.view : v_.view;
   auto fill = [&](const TensorView& t, uint64_t tag, float stddev) {
     FillByCoordinates(t, key, tag, stddev, origins);
   };
@@ -313,6 +327,10 @@ void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
       }
       break;
     }
+  }
+  if (p.quantized_kv()) {
+    QuantizeRows(k, k_.view, k_scale_.view);
+    QuantizeRows(v, v_.view, v_scale_.view);
   }
   if (p.mask == MaskKind::kBias) {
     const TensorView& bias = bias_.view;

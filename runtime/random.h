@@ -103,7 +103,9 @@ class AttentionData {
                                         int64_t kv_capacity = 0,
                                         const ArgLayout& layout = {});
   // Fills q, k, v (and bias: N(0,1) with about 10% -inf entries and, per
-  // sequence with q_len > 0, one fully -inf row) and zeroes out. Every
+  // sequence with q_len > 0, one fully -inf row) and zeroes out. i8 K/V
+  // get the profile's f32 values quantized row by row (QuantizeRowI8) and
+  // their scales. Every
   // value is a function of one key drawn from `rng` and the element's
   // coordinates (tensor, b, h, position, e) only -- not of the shape -- so a
   // smaller problem filled from the same key sees the same values at the
@@ -123,9 +125,12 @@ class AttentionData {
   const Tensor& v() const { return v_; }
   const Tensor& bias() const { return bias_; }
   const Tensor& out() const { return out_; }
+  // An i8 K/V's scales (empty otherwise).
+  const Tensor& k_scale() const { return k_scale_; }
+  const Tensor& v_scale() const { return v_scale_; }
 
  private:
-  Tensor q_, k_, v_, bias_, out_;
+  Tensor q_, k_, v_, bias_, out_, k_scale_, v_scale_;
   AttentionArgs args_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -17,19 +18,59 @@ namespace attnkit {
 
 float TensorView::Load(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const {
   const int64_t off = Offset(i0, i1, i2, i3);
-  if (dtype == DType::kBF16)
-    return static_cast<const bf16*>(data)[off].ToFloat();
+  switch (dtype) {
+    case DType::kBF16:
+      return static_cast<const bf16*>(data)[off].ToFloat();
+    case DType::kI8:
+      return static_cast<const int8_t*>(data)[off];
+    case DType::kF32:
+      break;
+  }
   return static_cast<const float*>(data)[off];
 }
 
 void TensorView::Store(int64_t i0, int64_t i1, int64_t i2, int64_t i3,
                        float v) const {
   const int64_t off = Offset(i0, i1, i2, i3);
-  if (dtype == DType::kBF16) {
-    static_cast<bf16*>(data)[off] = bf16::FromFloat(v);
-  } else {
-    static_cast<float*>(data)[off] = v;
+  switch (dtype) {
+    case DType::kBF16:
+      static_cast<bf16*>(data)[off] = bf16::FromFloat(v);
+      return;
+    case DType::kI8:
+      static_cast<int8_t*>(data)[off] = QuantizeI8(v, 1.0f);
+      return;
+    case DType::kF32:
+      break;
   }
+  static_cast<float*>(data)[off] = v;
+}
+
+float QuantizeRowI8(const TensorView& src, std::array<int64_t, 3> from,
+                    const TensorView& dst, std::array<int64_t, 3> to) {
+  assert(dst.dtype == DType::kI8 && src.shape[3] == dst.shape[3]);
+  const auto& [a, b, c] = from;
+  float absmax = 0.0f;
+  for (int64_t e = 0; e < src.shape[3]; ++e) {
+    absmax = std::fmax(absmax, std::fabs(src.Load(a, b, c, e)));
+  }
+  const float scale = I8ScaleOf(absmax);
+  int8_t* out = static_cast<int8_t*>(dst.data);
+  for (int64_t e = 0; e < src.shape[3]; ++e) {
+    out[dst.Offset(to[0], to[1], to[2], e)] =
+        QuantizeI8(src.Load(a, b, c, e), scale);
+  }
+  return scale;
+}
+
+void QuantizeRows(const TensorView& values, const TensorView& stored,
+                  const TensorView& scales) {
+  auto* out = static_cast<float*>(scales.data);
+  for (int64_t a = 0; a < stored.shape[0]; ++a)
+    for (int64_t b = 0; b < stored.shape[1]; ++b)
+      for (int64_t c = 0; c < stored.shape[2]; ++c) {
+        out[scales.Offset(a, b, c, 0)] =
+            QuantizeRowI8(values, {a, b, c}, stored, {a, b, c});
+      }
 }
 
 TensorView TensorView::Slice(std::array<int64_t, 4> begin,

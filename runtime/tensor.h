@@ -37,7 +37,9 @@ struct TensorView {
     assert(static_cast<int64_t>(sizeof(T)) == DTypeSize(dtype));
     return static_cast<T*>(data);
   }
-  // Element access converted to f32 (slow paths: reference, tests).
+  // Element access converted to f32 (slow paths: reference, tests). An i8
+  // element loads as its integer value (the caller applies its scale) and
+  // stores rounded to nearest even and saturated to [-127, 127].
   float Load(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const;
   void Store(int64_t i0, int64_t i1, int64_t i2, int64_t i3, float v) const;
 
@@ -47,6 +49,18 @@ struct TensorView {
                    std::array<int64_t, 4> extent) const;
   std::string DebugString() const;
 };
+
+// Quantizes the row at `from` of `src` (its values along dim 3, f32 or
+// bf16) into the row at `to` of the i8 view `dst` by the rule of dtype.h,
+// and returns the row's scale. The values must be finite.
+float QuantizeRowI8(const TensorView& src, std::array<int64_t, 3> from,
+                    const TensorView& dst, std::array<int64_t, 3> to);
+
+// Every row of `values` (f32 or bf16) quantized into the same row of the i8
+// view `stored`, its scale into `scales` ([a, b, c, 1] f32): QuantizeRowI8
+// row by row.
+void QuantizeRows(const TensorView& values, const TensorView& stored,
+                  const TensorView& scales);
 
 // Bytes from a view's first element to one past its furthest (0 when it
 // has no element): what a buffer holding it needs. Saturates at UINT64_MAX

@@ -47,6 +47,9 @@ class SimdBackend final : public Backend {
 
   Status Supports(const AttentionProblem& p) const override {
     if (ops_ == nullptr) return Unavailable();
+    if (p.quantized_kv()) {
+      return Status::Unimplemented("simd: kv_dtype=i8 (quantized KV cache)");
+    }
     return Status::Ok();
   }
 
@@ -166,7 +169,7 @@ KeyRange SimdBackend::ItemKeys(const AttentionProblem& p, const BlockJob& job) {
 Status SimdBackend::Attention(const AttentionProblem& p,
                               const AttentionArgs& args) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
-  if (ops_ == nullptr) return Unavailable();
+  ATTNKIT_RETURN_IF_ERROR(Supports(p));
   const int max_threads =
       options_.num_threads > 0 ? options_.num_threads : MaxThreads();
   const Plan plan = MakePlan(p, max_threads);
@@ -284,6 +287,12 @@ void CopyTokens(const TensorView& dst, const TensorView& src, int64_t b,
 
 Status SimdBackend::AppendKv(const KvAppendArgs& a) {
   ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
+  // An i8 cache: the one quantization rule, row by row (a decode step's
+  // rows are a few hundred bytes).
+  if (a.k_cache.dtype == DType::kI8) {
+    AppendKvStrided(a);
+    return Status::Ok();
+  }
   const int64_t batch = a.k_cache.shape[0], heads = a.k_cache.shape[1];
   const int64_t bytes = AppendedBytes(a);
   const bool f32 = a.k_cache.dtype == DType::kF32;
