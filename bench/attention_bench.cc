@@ -189,16 +189,18 @@ void BM_ReadBandwidth(benchmark::State& state) {
 
 // -------------------------------------------------------------------- kernels
 
-// Bytes one decode call streams: K and V of every visible key, plus q and out
-// (negligible).
+// Bytes one decode call streams: K and V of every visible key (an i8
+// cache's rows and their f32 scales: the bytes actually read), plus q and
+// out (negligible).
 double DecodeBytes(const AttentionProblem& p) {
   double bytes = 0;
-  const double row = static_cast<double>(p.head_dim);
+  const double d = static_cast<double>(p.head_dim);
   const double esize = static_cast<double>(DTypeSize(p.dtype));
+  const double kv_row = d * static_cast<double>(DTypeSize(p.KvDType())) +
+                        (p.quantized_kv() ? 4.0 : 0.0);
   for (int64_t b = 0; b < p.batch; ++b) {
-    bytes +=
-        2.0 * static_cast<double>(p.kv_heads * p.kv_lens[b]) * row * esize +
-        static_cast<double>(p.q_heads * p.q_lens[b]) * row * (esize + 4.0);
+    bytes += 2.0 * static_cast<double>(p.kv_heads * p.kv_lens[b]) * kv_row +
+             static_cast<double>(p.q_heads * p.q_lens[b]) * d * (esize + 4.0);
   }
   return bytes;
 }
@@ -888,6 +890,37 @@ void RegisterAll() {
       }
     }
 
+    // The KV cache's storage side by side (issue 21): f32, bf16 and i8 K/V
+    // (i8: q f32, one f32 scale per token and kv head) at Llama-like
+    // heads, GQA (hkv 8) and MHA (hkv 32). Decode is memory-bound, so i8
+    // reads about half of bf16's bytes and should take about half the time.
+    for (int64_t kv : Grid({4096, 16384}, {16384})) {
+      for (int64_t hkv : {8, 32}) {
+        for (int64_t kvt : {0, 1, 2}) {
+          AttentionProblem p =
+              DecodeProblem(kv, kvt == 1 ? DType::kBF16 : DType::kF32, 1);
+          p.kv_heads = hkv;
+          if (kvt == 2) p.kv_dtype = DType::kI8;
+          if (Status sup = backend.Supports(p); !sup.ok()) {
+            Skip("decode_kv/" + name + "/" + p.ToString(), sup.ToString());
+            continue;
+          }
+          benchmark::RegisterBenchmark(
+              ("decode_kv/" + name).c_str(),
+              [ip, p](benchmark::State& st) {
+                RunAttention(
+                    st,
+                    "decode_kv/" + std::string(ip->name) + "/" + p.ToString(),
+                    SharedBackend(*ip), p, true);
+              })
+              ->ArgNames({"kv_len", "hkv", "kv"})
+              ->Args({kv, hkv, kvt})
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+
     // Decode with one KV head and one sequence (multi-query, hq 8): fewer
     // (sequence, KV head) items than threads, so the fast backends split the
     // keys across threads and merge the partial softmaxes -- the only
@@ -930,6 +963,28 @@ void RegisterAll() {
           ->UseManualTime()
           ->Iterations(kPairedRounds)
           ->Unit(benchmark::kMicrosecond);
+    }
+    // ... and the quantized cache against bf16 at GQA and MHA heads (kv: 1
+    // bf16, 2 i8 with q f32), the issue-21 gate's figures.
+    for (int64_t hkv : {8, 32}) {
+      for (int64_t kvt : {1, 2}) {
+        AttentionProblem p =
+            DecodeProblem(16384, kvt == 1 ? DType::kBF16 : DType::kF32, 1);
+        p.kv_heads = hkv;
+        if (kvt == 2) p.kv_dtype = DType::kI8;
+        if (Status sup = backend.Supports(p); !sup.ok()) {
+          Skip("decode_paired_kv/" + name + "/" + p.ToString(), sup.ToString());
+          continue;
+        }
+        benchmark::RegisterBenchmark(
+            ("decode_paired_kv/" + name).c_str(),
+            [ip, p](benchmark::State& st) { BM_DecodePaired(st, ip, p); })
+            ->ArgNames({"kv_len", "hkv", "kv"})
+            ->Args({16384, hkv, kvt})
+            ->UseManualTime()
+            ->Iterations(kPairedRounds)
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
 
     // Decode step: KV update + attention, naive concat vs in place.

@@ -44,8 +44,19 @@ const std::vector<double>* Samples(const BenchmarkSamples& s,
   return it == s.metrics.end() || it->second.empty() ? nullptr : &it->second;
 }
 
+// Decode families and their paired twins: decode/ and decode_paired/, and
+// the KV-storage grid decode_kv/ and decode_paired_kv/ (f32, bf16, i8).
+bool IsDecode(std::string_view name) {
+  return StartsWith(name, "decode/") || StartsWith(name, "decode_kv/");
+}
+bool IsPairedDecode(std::string_view name) {
+  return StartsWith(name, "decode_paired/") ||
+         StartsWith(name, "decode_paired_kv/");
+}
+
 // "<backend>/kv_len:../bf16:../batch:.." of a decode/ or decode_paired/
-// benchmark name: what a decode benchmark and its paired twin share.
+// benchmark name (or "<backend>/kv_len:../hkv:../kv:.." of decode_kv/ and
+// decode_paired_kv/): what a decode benchmark and its paired twin share.
 std::string DecodeShape(std::string_view name) {
   name.remove_prefix(name.find('/') + 1);
   for (std::string_view tail : {"/real_time", "/manual_time"}) {
@@ -180,14 +191,14 @@ DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run) {
   };
   std::map<std::string, size_t> by_shape;
   for (const auto& [name, s] : run.benchmarks) {
-    if (!StartsWith(name, "decode/")) continue;
+    if (!IsDecode(name)) continue;
     DecodeBandwidthRow row;
     if (!make_row(name, s, row)) continue;
     by_shape[DecodeShape(name)] = report.rows.size();
     report.rows.push_back(std::move(row));
   }
   for (const auto& [name, s] : run.benchmarks) {
-    if (!StartsWith(name, "decode_paired/")) continue;
+    if (!IsPairedDecode(name)) continue;
     const auto twin = by_shape.find(DecodeShape(name));
     DecodeBandwidthRow own;
     if (twin == by_shape.end() && !make_row(name, s, own)) continue;

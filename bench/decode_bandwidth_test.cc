@@ -207,6 +207,30 @@ TEST(DecodeBandwidthTest, PairedFigureJoinsItsTwinOrStandsAlone) {
   EXPECT_NE(text.find(std::string(kPctReadBwPaired)), std::string::npos);
 }
 
+TEST(DecodeBandwidthTest, KvStorageGridJoinsItsPairedTwin) {
+  RunData run;
+  testing::AddReadBandwidth(run, 2, kReadBw);
+  const std::string i8 = "decode_kv/simd/kv_len:16384/hkv:8/kv:2/real_time";
+  run.benchmarks[i8].metrics["GBps"] = {30, 32, 34};
+  BenchmarkSamples& twin = run.benchmarks
+                               ["decode_paired_kv/simd/kv_len:16384/hkv:8/kv:2/"
+                                "iterations:32/manual_time"];
+  twin.metrics["GBps"] = {31};
+  twin.metrics[std::string(kPctReadBwPaired)] = {88, 90, 92};
+  // Not its twin: the bf16 row of the same grid.
+  BenchmarkSamples& bf16 = run.benchmarks
+                               ["decode_paired_kv/simd/kv_len:16384/hkv:8/kv:1/"
+                                "iterations:32/manual_time"];
+  bf16.metrics["GBps"] = {20};
+  bf16.metrics[std::string(kPctReadBwPaired)] = {70};
+  const DecodeBandwidthReport r = DecodeVsReadBandwidth(run);
+  ASSERT_EQ(r.rows.size(), 2u);
+  EXPECT_EQ(r.rows[0].benchmark, i8);
+  EXPECT_DOUBLE_EQ(r.rows[0].median_gbps, 32);
+  EXPECT_DOUBLE_EQ(r.rows[0].pct_read_bw_paired, 90);
+  EXPECT_DOUBLE_EQ(r.rows[1].pct_read_bw_paired, 70);
+}
+
 TEST(DecodeBandwidthTest, WarnsWhenRepetitionsWereNotInterleaved) {
   RunData run = DecodeRun(8);
   testing::AddReadBandwidth(run, 2, kReadBw);

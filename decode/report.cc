@@ -90,6 +90,7 @@ LastStepRow LastStep(const DecodeSession& s, int64_t b) {
   r.p.kv_heads = c.kv_heads;
   r.p.head_dim = c.head_dim;
   r.p.dtype = c.dtype;
+  r.p.kv_dtype = c.kv_dtype;
   r.p.q_lens = {1};
   r.p.kv_lens = {s.length(b)};
   auto row = [&](const TensorView& t) {
@@ -114,7 +115,7 @@ StatusOr<std::vector<reference::Truth>> LastStepTruth(
   for (int64_t b = 0; b < c.batch; ++b) {
     const LastStepRow r = LastStep(naive, b);
     const KvCache::View kv = naive.naive_sequence(0, b);
-    const AttentionArgs args{r.q,          kv.k,      kv.v,     TensorView{},
+    const AttentionArgs args{r.q,          kv.k,       kv.v,      TensorView{},
                              scratch.view, kv.k_scale, kv.v_scale};
     ATTNKIT_ASSIGN_OR_RETURN(reference::Truth t,
                              reference::ComputeTruth(r.p, args));
@@ -224,6 +225,16 @@ FlagParser DecodeFlags(DecodeReportOptions& o, DecodeFlagState& st) {
               })
       .Enum("--dtype", &c.dtype, kFloatDTypeNames,
             "storage of q, k, v (default f32)")
+      .Custom("--kv-dtype", "i8",
+              "KV cache storage when not --dtype's: i8 (quantized, one f32\n"
+              "scale per token and kv head; the report adds the end-to-end\n"
+              "error against an unquantized cache)",
+              [&c](std::string_view value) -> std::string {
+                const auto d = ParseDType(value);
+                if (!d) return "not one of " + kDTypeNames.Names();
+                c.kv_dtype = *d;
+                return "";
+              })
       .Enum("--layout", &c.layout, kKvLayoutNames,
             "KV cache layout (default bhsd)")
       .Custom("--backend", "A,B|all",
@@ -328,6 +339,13 @@ StatusOr<DecodeReportOptions> ParseDecodeFlags(int argc, char** argv) {
     o.config.make_backend = o.backends.front().make;
   }
   if (!flags.Seen("--kv-heads")) o.config.kv_heads = o.config.q_heads;
+  // --kv-dtype equal to --dtype is no quantization at all.
+  if (o.config.kv_dtype == o.config.dtype) o.config.kv_dtype.reset();
+  if (o.config.kv_dtype && *o.config.kv_dtype != DType::kI8) {
+    return BadFlag("--kv-dtype", DTypeName(*o.config.kv_dtype),
+                   "the cache stores --dtype=" +
+                       std::string(DTypeName(o.config.dtype)) + " or i8");
+  }
   if (o.config.q_heads % o.config.kv_heads != 0) {
     return BadFlag(
         "--kv-heads", std::to_string(o.config.kv_heads),
@@ -352,6 +370,14 @@ MemoryEstimate DecodeReportMemory(const DecodeConfig& config) {
       {2, static_cast<double>(config.steps), static_cast<double>(config.layers),
        static_cast<double>(config.batch), static_cast<double>(config.q_heads),
        static_cast<double>(config.head_dim), 4});
+  if (config.KvDType() == DType::kI8) {
+    // The end-to-end error's unquantized twin runs while the in-place
+    // session still holds its cache.
+    DecodeConfig twin = config;
+    twin.kv_dtype.reset();
+    e.Add("unquantized twin (in place, for the i8 cache's end-to-end error)",
+          {twin.Memory(DecodeMode::kInPlace).total()});
+  }
   return e;
 }
 
@@ -379,6 +405,40 @@ Status BackendSupports(const DecodeBackend& backend, const DecodeConfig& c) {
                     std::string(DecodeModeName(mode)) + ": " + s.message());
     }
   }
+  return Status::Ok();
+}
+
+// For an i8 configuration's in-place row: the same session with the cache
+// unquantized (same backend, seed, prompt and tokens), every output
+// against `quantized`'s, into row.kv_quant_*. For information: quantizing
+// the cache moves the outputs by design, so nothing here fails the report
+// but a run that cannot happen.
+Status QuantizationError(DecodeConfig c, const std::vector<float>& quantized,
+                         DecodeReportRow& row, DecodeReport& report,
+                         const std::string& name, std::FILE* log) {
+  c.kv_dtype.reset();
+  c.audit_cache = false;
+  if (log != nullptr) {
+    std::fprintf(log, "decode: %sthe same with an unquantized cache ...\n",
+                 name.c_str());
+    std::fflush(log);
+  }
+  auto session = DecodeSession::Create(c, DecodeMode::kInPlace);
+  Status ran = session.ok() ? (*session)->Run() : session.status();
+  if (!ran.ok()) {
+    report.failures.push_back(name + "unquantized twin: " + ran.ToString());
+    return Status::Ok();
+  }
+  const std::vector<float> plain = AllOutputs(**session);
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < plain.size() && i < quantized.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(quantized[i]) - plain[i]);
+    worst = std::isnan(d) ? std::numeric_limits<double>::infinity()
+                          : std::max(worst, d);
+    largest = std::max(largest, std::fabs(static_cast<double>(plain[i])));
+  }
+  row.kv_quant_max_err = worst;
+  row.kv_quant_rel_err = largest > 0 ? worst / largest : worst;
   return Status::Ok();
 }
 
@@ -473,6 +533,10 @@ Status RunConfiguration(DecodeConfig c, int64_t len, const std::string& where,
     if (std::string bad = CheckLastStep(**session, truths); !bad.empty()) {
       report.failures.push_back(name + bad);
     }
+    if (table_row && c.KvDType() == DType::kI8) {
+      ATTNKIT_RETURN_IF_ERROR(
+          QuantizationError(c, out, report.rows.back(), report, name, log));
+    }
   }
   return Status::Ok();
 }
@@ -488,6 +552,7 @@ DecodeConfig ContractConfig(const DecodeConfig& base, KvLayout layout) {
   c.kv_heads = 2;
   c.head_dim = 64;
   c.dtype = base.dtype;
+  c.kv_dtype = base.kv_dtype;
   c.layout = layout;
   c.start_lens = {37, 0, 129};
   c.steps = 4;
@@ -539,6 +604,8 @@ StatusOr<DecodeReport> RunDecodeReport(const DecodeReportOptions& options,
       const std::string where =
           "kv_len=" + std::to_string(len) +
           " dtype=" + std::string(DTypeName(c.dtype)) +
+          (c.kv_dtype ? " kv_dtype=" + std::string(DTypeName(*c.kv_dtype))
+                      : std::string()) +
           " layout=" + std::string(KvLayoutName(c.layout)) +
           " backend=" + c.backend;
       SetActivity("running the decode report at " + where);
@@ -597,11 +664,13 @@ std::string FormatDecodeTable(const DecodeReport& report,
     std::snprintf(
         line, sizeof(line),
         "decode: backend=%s layers=%lld batch=%lld heads=%lld "
-        "kv_heads=%lld head_dim=%lld dtype=%s layout=%s steps=%lld\n",
+        "kv_heads=%lld head_dim=%lld dtype=%s kv_dtype=%s layout=%s "
+        "steps=%lld\n",
         backend.c_str(), static_cast<long long>(c.layers),
         static_cast<long long>(c.batch), static_cast<long long>(c.q_heads),
         static_cast<long long>(c.kv_heads), static_cast<long long>(c.head_dim),
         std::string(DTypeName(c.dtype)).c_str(),
+        std::string(DTypeName(c.KvDType())).c_str(),
         std::string(KvLayoutName(c.layout)).c_str(),
         static_cast<long long>(c.steps));
     os << line;
@@ -646,6 +715,14 @@ std::string FormatDecodeTable(const DecodeReport& report,
             n.step_us / std::max(r.step_us, 1e-3));
         os << line;
       }
+      if (!std::isnan(r.kv_quant_max_err)) {
+        std::snprintf(line, sizeof(line),
+                      "%8s i8 cache vs unquantized, end to end (information, "
+                      "not a gate): max |out diff| %.3g = %.3g of max "
+                      "|out|\n",
+                      "", r.kv_quant_max_err, r.kv_quant_rel_err);
+        os << line;
+      }
     }
   }
   for (const std::string& f : report.failures) {
@@ -681,17 +758,23 @@ std::string DecodeReportJson(const DecodeReport& report,
   if (backends.empty()) backends = c.backend;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const DecodeReportRow& r : report.rows) {
-    rows.push_back({{"backend", r.backend},
-                    {"mode", DecodeModeName(r.mode)},
-                    {"kv_len", r.kv_len},
-                    {"allocs_per_step", r.allocs_per_step},
-                    {"bytes_allocated_per_step", r.bytes_allocated_per_step},
-                    {"bytes_copied_per_step", r.bytes_copied_per_step},
-                    {"new_token_bytes", r.new_token_bytes},
-                    {"append_us", r.append_us},
-                    {"attention_us", r.attention_us},
-                    {"step_us", r.step_us},
-                    {"peak_bytes", r.peak_bytes}});
+    nlohmann::ordered_json row = {
+        {"backend", r.backend},
+        {"mode", DecodeModeName(r.mode)},
+        {"kv_len", r.kv_len},
+        {"allocs_per_step", r.allocs_per_step},
+        {"bytes_allocated_per_step", r.bytes_allocated_per_step},
+        {"bytes_copied_per_step", r.bytes_copied_per_step},
+        {"new_token_bytes", r.new_token_bytes},
+        {"append_us", r.append_us},
+        {"attention_us", r.attention_us},
+        {"step_us", r.step_us},
+        {"peak_bytes", r.peak_bytes}};
+    if (!std::isnan(r.kv_quant_max_err)) {  // an i8 cache's in-place row
+      row["kv_quant_max_err"] = r.kv_quant_max_err;
+      row["kv_quant_rel_err"] = r.kv_quant_rel_err;
+    }
+    rows.push_back(std::move(row));
   }
   const nlohmann::ordered_json doc = {
       {"schema", "attnkit.decode.v1"},
@@ -703,6 +786,7 @@ std::string DecodeReportJson(const DecodeReport& report,
         {"kv_heads", c.kv_heads},
         {"head_dim", c.head_dim},
         {"dtype", DTypeName(c.dtype)},
+        {"kv_dtype", DTypeName(c.KvDType())},
         {"layout", KvLayoutName(c.layout)},
         {"steps", c.steps},
         {"seed", c.seed}}},

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,6 +75,13 @@ struct DecodeReportRow {
   double attention_us = 0;
   double step_us = 0;
   int64_t peak_bytes = 0;  // -1 without allocation hooks
+  // An i8 cache's in-place row, for information (not a gate): the end-to-end
+  // error of quantizing the cache -- every step's and layer's output against
+  // the same session with an unquantized (q's dtype) cache, same backend,
+  // same prompt and tokens: the largest |difference| and that over the
+  // largest |output|. NaN for other rows.
+  double kv_quant_max_err = std::numeric_limits<double>::quiet_NaN();
+  double kv_quant_rel_err = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct DecodeReport {
@@ -106,7 +114,8 @@ std::string FormatDecodeTable(const DecodeReport& report,
                               const DecodeReportOptions& options);
 // {"schema": "attnkit.decode.v1", "config": {...}, "rows": [{backend, mode,
 // kv_len, allocs_per_step, bytes_allocated_per_step, bytes_copied_per_step,
-// new_token_bytes, append_us, attention_us, step_us, peak_bytes}, ...],
+// new_token_bytes, append_us, attention_us, step_us, peak_bytes, and for an
+// i8 cache's in-place rows kv_quant_max_err, kv_quant_rel_err}, ...],
 // "failures": [...], "skipped": [...]}, keys in that order. Non-finite numbers
 // are written as null (JSON has neither NaN nor Inf).
 std::string DecodeReportJson(const DecodeReport& report,

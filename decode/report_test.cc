@@ -393,5 +393,122 @@ TEST(DecodeReportTest, PluginWithAnAppendBugFailsTheGate) {
 }
 #endif
 
+// An i8 cache through the whole report on every backend that takes it: the
+// gate holds (no allocation, exactly the quantized tokens and their scales
+// copied, the cache's bytes and scales audited), and the in-place rows carry
+// the end-to-end error against an unquantized cache -- small but not zero.
+TEST(DecodeReportTest, QuantizedCachePassesTheGateAndReportsItsError) {
+  for (const char* backend : {"reference", "simd"}) {
+    DecodeReportOptions o;
+    o.config.layers = 2;
+    o.config.q_heads = 4;
+    o.config.kv_heads = 2;
+    o.config.head_dim = 16;
+    o.config.steps = 4;
+    o.config.kv_dtype = DType::kI8;
+    o.start_lens = {8, 64};
+    o.backends.push_back({backend, backends::TraitsOf(backend), {}});
+    auto report = RunDecodeReport(o, nullptr);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_TRUE(report->failures.empty()) << report->failures.front();
+    EXPECT_EQ(report->contract_checked, 3);
+    ASSERT_EQ(report->rows.size(), 4u);
+    for (const DecodeReportRow& r : report->rows) {
+      // 2 layers x 1 sequence x 2 kv heads x (16 int8 + one f32 scale), K+V.
+      EXPECT_EQ(r.new_token_bytes, 2 * 2 * 2 * (16 + 4));
+      if (r.mode == DecodeMode::kInPlace) {
+        EXPECT_EQ(r.allocs_per_step, 0) << backend;
+        EXPECT_EQ(r.bytes_copied_per_step, r.new_token_bytes);
+        EXPECT_GT(r.kv_quant_max_err, 0) << backend;
+        EXPECT_LT(r.kv_quant_rel_err, 0.05) << backend;
+      } else {
+        EXPECT_TRUE(std::isnan(r.kv_quant_max_err));
+      }
+    }
+    const std::string table = FormatDecodeTable(*report, o);
+    EXPECT_NE(table.find("kv_dtype=i8"), std::string::npos) << table;
+    EXPECT_NE(table.find("i8 cache vs unquantized"), std::string::npos)
+        << table;
+    auto json = nlohmann::json::parse(DecodeReportJson(*report, o));
+    EXPECT_EQ(json["config"]["kv_dtype"], "i8");
+    for (auto& row : json["rows"]) {
+      EXPECT_EQ(row.contains("kv_quant_rel_err"), row["mode"] == "in_place")
+          << row.dump();
+    }
+  }
+}
+
+// The reference backend whose i8 append rounds one element of every new
+// row the wrong way (truncation toward zero, as a plain cast does): the
+// cache audit names the element.
+class TruncatingBackend : public Backend {
+ public:
+  TruncatingBackend()
+      : inner_(std::move(backends::MakeBackend("reference")).value()) {}
+  std::string_view name() const override { return "truncating"; }
+  Status AppendKv(const KvAppendArgs& a) override {
+    ATTNKIT_RETURN_IF_ERROR(inner_->AppendKv(a));
+    // (The report's unquantized twin appends to an f32 cache.)
+    if (a.k_cache.dtype != DType::kI8) return Status::Ok();
+    for (int64_t b = 0; b < a.k_cache.shape[0]; ++b) {
+      if (a.new_lens[b] == 0) continue;
+      const int64_t pos = a.positions[b];
+      const float x = a.new_k.Load(b, 0, 0, 0);
+      const float scale = a.k_scale.Load(b, 0, pos, 0);
+      static_cast<int8_t*>(a.k_cache.data)[a.k_cache.Offset(b, 0, pos, 0)] =
+          static_cast<int8_t>(x / scale);
+    }
+    return Status::Ok();
+  }
+  Status Attention(const AttentionProblem& p,
+                   const AttentionArgs& args) override {
+    return inner_->Attention(p, args);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+TEST(DecodeReportTest, AnI8AppendThatTruncatesFailsTheCacheAudit) {
+  DecodeReportOptions o;
+  o.config.q_heads = 2;
+  o.config.kv_heads = 1;
+  o.config.head_dim = 64;
+  o.config.steps = 8;
+  o.config.kv_dtype = DType::kI8;
+  o.start_lens = {16};
+  o.backends.push_back({"truncating", {}, [] {
+                          return StatusOr<std::unique_ptr<Backend>>(
+                              std::make_unique<TruncatingBackend>());
+                        }});
+  auto report = RunDecodeReport(o, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_FALSE(report->failures.empty());
+  EXPECT_NE(report->failures.front().find("KV cache: layer 0 k_cache["),
+            std::string::npos)
+      << report->failures.front();
+  EXPECT_NE(report->failures.front().find("(bit-exact)"), std::string::npos)
+      << report->failures.front();
+}
+
+TEST(DecodeReportTest, KvDtypeFlagTakesI8AndNamesABadValue) {
+  auto o = Parse({"--kv-dtype", "i8", "--dtype=bf16"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->config.kv_dtype, DType::kI8);
+  EXPECT_EQ(o->config.dtype, DType::kBF16);
+  // The same as --dtype: no quantization.
+  o = Parse({"--kv-dtype", "f32"});
+  ASSERT_TRUE(o.ok());
+  EXPECT_FALSE(o->config.kv_dtype.has_value());
+  o = Parse({"--kv-dtype", "bf16"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("--kv-dtype=bf16"), std::string::npos)
+      << o.status().message();
+  o = Parse({"--kv-dtype", "int4"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("--kv-dtype=int4"), std::string::npos)
+      << o.status().message();
+}
+
 }  // namespace
 }  // namespace attnkit::decode

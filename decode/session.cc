@@ -1,6 +1,7 @@
 #include "decode/session.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -27,6 +28,9 @@ uint64_t BitSum(const TensorView& t) {
   if (t.dtype == DType::kF32) {
     const auto* w = static_cast<const uint32_t*>(t.data);
     for (int64_t i = 0; i < n; ++i) sum += w[i];
+  } else if (t.dtype == DType::kI8) {
+    const auto* w = static_cast<const uint8_t*>(t.data);
+    for (int64_t i = 0; i < n; ++i) sum += w[i];
   } else {
     const auto* w = static_cast<const uint16_t*>(t.data);
     for (int64_t i = 0; i < n; ++i) sum += w[i];
@@ -43,13 +47,22 @@ uint64_t ElementBits(const TensorView& t, int64_t b, int64_t h, int64_t j,
     std::memcpy(&w, p, sizeof(w));
     return w;
   }
+  if (t.dtype == DType::kI8) return *p;
   uint16_t w;
   std::memcpy(&w, p, sizeof(w));
   return w;
 }
 
 uint64_t PoisonBits(DType dtype) {
-  return dtype == DType::kF32 ? 0xffffffffull : 0xffffull;
+  switch (dtype) {
+    case DType::kBF16:
+      return 0xffffull;
+    case DType::kI8:
+      return 0xffull;
+    case DType::kF32:
+      break;
+  }
+  return 0xffffffffull;
 }
 
 std::string Field(std::string_view name, int64_t v) {
@@ -109,6 +122,11 @@ Status DecodeConfig::Validate() const {
       }
     }
   }
+  if (kv_dtype && *kv_dtype != dtype && *kv_dtype != DType::kI8) {
+    return bad("kv_dtype=" + std::string(DTypeName(*kv_dtype)) +
+               " differs from dtype=" + std::string(DTypeName(dtype)) +
+               ": the cache stores q's dtype or i8");
+  }
   if (steps < 0) return bad(Field("steps", steps) + " is negative");
   if (capacity < 0) return bad(Field("capacity", capacity) + " is negative");
   // Every size the session computes, in checked arithmetic: the context it
@@ -155,6 +173,7 @@ AttentionProblem DecodeConfig::LargestProblem(DecodeMode mode) const {
   p.kv_heads = kv_heads;
   p.head_dim = head_dim;
   p.dtype = dtype;
+  p.kv_dtype = kv_dtype;
   p.layout = mode == DecodeMode::kInPlace ? layout : KvLayout::kBHSD;
   p.mask = MaskKind::kNone;  // q_len 1 at the end: sees every key
   p.q_lens.assign(static_cast<size_t>(p.batch), 1);
@@ -169,6 +188,10 @@ MemoryEstimate DecodeConfig::Memory(DecodeMode mode) const {
   const double hkv = static_cast<double>(kv_heads);
   const double d = static_cast<double>(head_dim);
   const double es = static_cast<double>(DTypeSize(dtype));
+  // Cache bytes per element: an i8 row's scale spread over its values.
+  const double kv_es =
+      static_cast<double>(DTypeSize(KvDType())) +
+      (KvDType() == DType::kI8 ? 4.0 / static_cast<double>(head_dim) : 0.0);
   // Capacity() in doubles: the sum may not fit (Validate says so).
   const double cap = capacity > 0 ? static_cast<double>(capacity)
                                   : static_cast<double>(MaxStartLen()) +
@@ -177,16 +200,16 @@ MemoryEstimate DecodeConfig::Memory(DecodeMode mode) const {
       Field("layers", layers) + " x " + Field("batch", batch) + " x " +
       Field("kv_heads", kv_heads) +
       " x capacity=" + std::to_string(static_cast<int64_t>(cap)) + " x " +
-      Field("head_dim", head_dim) + " x " + std::string(DTypeName(dtype));
+      Field("head_dim", head_dim) + " x " + std::string(DTypeName(KvDType()));
   MemoryEstimate e;
   if (mode == DecodeMode::kInPlace) {
-    e.Add("kv cache (2 x " + dims + ")", {2, l, b, hkv, cap, d, es});
+    e.Add("kv cache (2 x " + dims + ")", {2, l, b, hkv, cap, d, kv_es});
   } else {
     // Every layer's concatenated context, plus the len+1 copy of one
     // sequence's while it is being extended.
     e.Add("naive concat contexts (2 x " + dims + ")",
-          {2, l, b, hkv, cap, d, es});
-    e.Add("naive concat copy of one sequence", {2, hkv, cap, d, es});
+          {2, l, b, hkv, cap, d, kv_es});
+    e.Add("naive concat copy of one sequence", {2, hkv, cap, d, kv_es});
   }
   e.Add("prefill staging (2 x " + Field("batch", batch) + " x " +
             Field("kv_heads", kv_heads) + " x " +
@@ -202,7 +225,9 @@ MemoryEstimate DecodeConfig::Memory(DecodeMode mode) const {
 }
 
 int64_t DecodeConfig::NewTokenBytes() const {
-  return 2 * layers * batch * kv_heads * head_dim * DTypeSize(dtype);
+  const int64_t scale = KvDType() == DType::kI8 ? int64_t{sizeof(float)} : 0;
+  return 2 * layers * batch * kv_heads *
+         (head_dim * DTypeSize(KvDType()) + scale);
 }
 
 DecodeSession::DecodeSession(const DecodeConfig& config, DecodeMode mode)
@@ -247,7 +272,7 @@ Status DecodeSession::Init() {
     kc.kv_heads = c.kv_heads;
     kc.head_dim = c.head_dim;
     kc.capacity = cap;
-    kc.dtype = c.dtype;
+    kc.dtype = c.KvDType();
     kc.layout = c.layout;
     ATTNKIT_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(kc));
     // Poison: a kernel that reads past a sequence's length gets NaN, and the
@@ -256,16 +281,24 @@ Status DecodeSession::Init() {
     cache_.emplace(std::move(cache));
     stepper_.emplace(Stepper::InPlace(*backend_, *cache_));
     if (c.audit_cache) {
-      // Every element starts as the poison.
+      // Every element starts as the poison (an i8 cache's scales too).
       const uint64_t per_layer =
           static_cast<uint64_t>(2 * c.batch * c.kv_heads * cap * c.head_dim);
+      const uint64_t scales =
+          c.KvDType() == DType::kI8
+              ? static_cast<uint64_t>(2 * c.batch * c.kv_heads * cap)
+              : 0;
       expected_sum_.assign(static_cast<size_t>(c.layers),
-                           per_layer * PoisonBits(c.dtype));
+                           per_layer * PoisonBits(c.KvDType()) +
+                               scales * PoisonBits(DType::kF32));
+      if (c.KvDType() == DType::kI8) {
+        audit_row_ = Tensor::Contiguous(DType::kI8, {1, 1, 1, c.head_dim});
+      }
     }
   } else {
     naive_.reserve(static_cast<size_t>(c.layers));
     for (int64_t l = 0; l < c.layers; ++l) {
-      naive_.emplace_back(c.batch, c.kv_heads, c.head_dim, c.dtype);
+      naive_.emplace_back(c.batch, c.kv_heads, c.head_dim, c.KvDType());
     }
     stepper_.emplace(Stepper::Naive(*backend_, naive_, problem_));
   }
@@ -292,9 +325,12 @@ void DecodeSession::AuditRows(int64_t l, int64_t b, int64_t begin, int64_t n,
                               const TensorView& new_k,
                               const TensorView& new_v) {
   const KvCache::View full = cache_->Full(l);
-  const uint64_t poison = PoisonBits(config_.dtype);
+  const bool i8 = config_.KvDType() == DType::kI8;
+  const uint64_t poison = PoisonBits(config_.KvDType());
+  const uint64_t scale_poison = PoisonBits(DType::kF32);
   const char* names[2] = {"k", "v"};
   const TensorView* caches[2] = {&full.k, &full.v};
+  const TensorView* scales[2] = {&full.k_scale, &full.v_scale};
   const TensorView* news[2] = {&new_k, &new_v};
   for (int which = 0; which < 2; ++which) {
     const TensorView& cache = *caches[which];
@@ -302,10 +338,36 @@ void DecodeSession::AuditRows(int64_t l, int64_t b, int64_t begin, int64_t n,
       for (int64_t t = 0; t <= n; ++t) {
         const int64_t j = begin + t;
         if (j >= cache.shape[2]) break;
+        // An i8 cache holds the new row as the one rule quantizes it, and
+        // its scale bit for bit.
+        const TensorView& appended = i8 ? audit_row_.view : *news[which];
+        const int64_t ab = i8 ? 0 : b, ah = i8 ? 0 : h, at = i8 ? 0 : t;
+        if (i8) {
+          const uint64_t got = ElementBits(*scales[which], b, h, j, 0);
+          uint64_t want = scale_poison;
+          if (t < n) {
+            want = std::bit_cast<uint32_t>(QuantizeRowI8(
+                *news[which], {b, h, t}, audit_row_.view, {0, 0, 0}));
+            expected_sum_[l] += want - scale_poison;
+          }
+          if (got != want && cache_fault_.empty()) {
+            cache_fault_ =
+                "layer " + std::to_string(l) + " " + names[which] + "_scale[" +
+                std::to_string(b) + "," + std::to_string(h) + "," +
+                std::to_string(j) +
+                "] = " + std::to_string(scales[which]->Load(b, h, j, 0)) +
+                (t < n ? ", expected the appended row's scale " +
+                             std::to_string(std::bit_cast<float>(
+                                 static_cast<uint32_t>(want))) +
+                             " (bit-exact)"
+                       : ", past the sequence's length: the "
+                         "append wrote a slot it does not own");
+          }
+        }
         for (int64_t e = 0; e < config_.head_dim; ++e) {
           const uint64_t got = ElementBits(cache, b, h, j, e);
           const uint64_t want =
-              t < n ? ElementBits(*news[which], b, h, t, e) : poison;
+              t < n ? ElementBits(appended, ab, ah, at, e) : poison;
           if (t < n) expected_sum_[l] += want - poison;
           if (got == want || !cache_fault_.empty()) continue;
           cache_fault_ =
@@ -314,7 +376,7 @@ void DecodeSession::AuditRows(int64_t l, int64_t b, int64_t begin, int64_t n,
               std::to_string(j) + "," + std::to_string(e) +
               "] = " + std::to_string(cache.Load(b, h, j, e)) +
               (t < n ? ", expected the appended " +
-                           std::to_string(news[which]->Load(b, h, t, e)) +
+                           std::to_string(appended.Load(ab, ah, at, e)) +
                            " (bit-exact)"
                      : ", past the sequence's length " + std::to_string(j) +
                            ": the append wrote a slot it does not own");
@@ -326,7 +388,9 @@ void DecodeSession::AuditRows(int64_t l, int64_t b, int64_t begin, int64_t n,
 void DecodeSession::AuditSum(int64_t l, const char* when) {
   if (!cache_fault_.empty()) return;
   const KvCache::View full = cache_->Full(l);
-  const uint64_t got = BitSum(full.k) + BitSum(full.v);
+  uint64_t got = BitSum(full.k) + BitSum(full.v);
+  if (!full.k_scale.is_null())
+    got += BitSum(full.k_scale) + BitSum(full.v_scale);
   if (got != expected_sum_[l]) {
     cache_fault_ =
         "layer " + std::to_string(l) + " " + when +
@@ -431,7 +495,8 @@ TensorView DecodeSession::output(int64_t step, int64_t layer) const {
 
 KvCache::View DecodeSession::naive_sequence(int64_t layer, int64_t b) const {
   if (mode_ != DecodeMode::kNaiveConcat) return {};
-  return {naive_[layer].K(b), naive_[layer].V(b)};
+  return {naive_[layer].K(b), naive_[layer].V(b), naive_[layer].KScale(b),
+          naive_[layer].VScale(b)};
 }
 
 }  // namespace attnkit::decode

@@ -55,6 +55,9 @@ struct DecodeConfig {
   int64_t kv_heads = 1;  // divides q_heads (GQA/MQA)
   int64_t head_dim = 64;
   DType dtype = DType::kF32;
+  // The cache's storage when it differs from q's: i8 (a quantized cache;
+  // the steps' K/V arrive in `dtype` and the append quantizes them).
+  std::optional<DType> kv_dtype;
   KvLayout layout = KvLayout::kBHSD;
   // Context already in the cache before the first step: start_len for every
   // sequence, or per sequence (ragged) when start_lens is non-empty.
@@ -77,6 +80,7 @@ struct DecodeConfig {
   // INVALID_ARGUMENT naming the field and value (NOT_FOUND for an unknown
   // backend is reported by DecodeSession::Create).
   Status Validate() const;
+  DType KvDType() const { return kv_dtype.value_or(dtype); }
   int64_t StartLen(int64_t b) const {
     return start_lens.empty() ? start_len : start_lens[b];
   }
@@ -94,7 +98,8 @@ struct DecodeConfig {
   AttentionProblem LargestProblem(DecodeMode mode) const;
   int64_t Capacity() const;
   // Bytes one step appends: K and V of one token, every layer, sequence and
-  // kv head -- what the in-place mode copies per step, exactly.
+  // kv head (and their scales in an i8 cache) -- what the in-place mode
+  // copies per step, exactly.
   int64_t NewTokenBytes() const;
 };
 
@@ -168,6 +173,7 @@ class DecodeSession {
   std::vector<int64_t> one_token_;
   std::vector<StepRecord> records_;
   std::vector<uint64_t> expected_sum_;  // per layer (audit_cache)
+  Tensor audit_row_;  // [1, 1, 1, head_dim] i8: a new row as quantized
   std::string cache_fault_;
 };
 

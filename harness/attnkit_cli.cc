@@ -430,7 +430,8 @@ int Check(int argc, char** argv) {
   }
 
   // The decode-step report's small configuration (GQA 8:2, 2 layers, 8 steps
-  // up to a 4k context) over the same backends: a few seconds in all. Its
+  // up to a 4k context, then an i8 cache at 1k) over the same backends: a
+  // few seconds in all. Its
   // gate (no allocation after the first step, exactly the new tokens' bytes
   // copied, the cache exact after every append, outputs equal to the naive
   // path's and the oracle's) is part of the check's verdict.
@@ -455,6 +456,31 @@ int Check(int argc, char** argv) {
                : kExitFinding;
   }
   std::printf("%s", decode::FormatDecodeTable(*report, d).c_str());
+  // The same gate on a quantized (i8) cache, at one context length: the
+  // append quantizes in place (0 allocations, exactly the int8 rows and
+  // their scales written), the cache and its scales audited after every
+  // append; a backend that declines i8 is skipped there, with its reason.
+  if (!report->interrupted) {
+    decode::DecodeReportOptions q = d;
+    q.config.kv_dtype = DType::kI8;
+    q.start_lens = {1024};
+    auto quantized = decode::RunDecodeReport(q, stderr);
+    if (!quantized.ok()) {
+      std::printf("decode: %s\n", quantized.status().ToString().c_str());
+      report->failures.push_back(quantized.status().ToString());
+    } else {
+      std::printf("%s", decode::FormatDecodeTable(*quantized, q).c_str());
+      report->interrupted = quantized->interrupted;
+      report->compared += quantized->compared;
+      report->contract_checked += quantized->contract_checked;
+      for (std::string& f : quantized->failures) {
+        report->failures.push_back("kv_dtype=i8: " + std::move(f));
+      }
+      for (std::string& s : quantized->skipped) {
+        report->skipped.push_back(std::move(s));
+      }
+    }
+  }
   // What the backends did for the whole run (campaign and decode report).
   for (Backend* b : backends) {
     if (std::string n = b->Notes(); !n.empty()) {

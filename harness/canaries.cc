@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace attnkit::harness {
@@ -75,7 +76,7 @@ class CanaryBackend final : public Backend {
               for (int64_t e = 0; e < d; ++e) {
                 dot += q[e] * args.k.Load(b, kh, j & key_mask, e);
               }
-              float s = scale * dot;
+              float s = scale * dot * KScale(p, args, b, kh, j & key_mask);
               if (p.mask == MaskKind::kBias) s += Bias(args.bias, b, h, i, j);
               logits[j - t0] = s;
               tile_max = std::max(tile_max, s);
@@ -93,8 +94,9 @@ class CanaryBackend final : public Backend {
               const float wv = bug_ == Bug::kBf16Probabilities
                                    ? bf16::FromFloat(w).ToFloat()
                                    : w;
+              const float wvs = wv * VScale(p, args, b, kh, j & key_mask);
               for (int64_t e = 0; e < d; ++e) {
-                acc[e] += wv * args.v.Load(b, kh, j & key_mask, e);
+                acc[e] += wvs * args.v.Load(b, kh, j & key_mask, e);
               }
             }
             m = m_new;
@@ -156,6 +158,9 @@ class CanaryBackend final : public Backend {
       a.v_cache.strides = a.k_cache.strides;
     }
     AppendKvStrided(a);
+    if (bug_ == Bug::kI8AppendTruncates && a.k_cache.dtype == DType::kI8) {
+      TruncateAppended(a);
+    }
     if (bug_ != Bug::kAppendSpill) return Status::Ok();
     // A vector store that runs one token past the end: the last new token
     // is written again one position further, when there is room.
@@ -220,8 +225,8 @@ class CanaryBackend final : public Backend {
     auto heads = [&](std::vector<float>& buf) {
       return HeadsOfRows(buf.data(), at.batch, at.q_heads, mq, d, mq * qw, qw);
     };
-    AttentionArgs args{heads(q), a.k_cache, a.v_cache, a.bias, heads(attn),
-                       {},       {}};
+    AttentionArgs args{heads(q),    a.k_cache, a.v_cache, a.bias,
+                       heads(attn), {},        {}};
     ATTNKIT_RETURN_IF_ERROR(Attention(at, args));
     for (int64_t b = 0; b < at.batch; ++b)
       for (int64_t t = 0; t < at.q_lens[b]; ++t)
@@ -242,6 +247,40 @@ class CanaryBackend final : public Backend {
   }
 
  private:
+  // The scale of an i8 key / value row (1 when K/V are not i8), with the
+  // scale bugs.
+  float KScale(const AttentionProblem& p, const AttentionArgs& a, int64_t b,
+               int64_t kh, int64_t j) const {
+    if (!p.quantized_kv()) return 1.0f;
+    if (bug_ == Bug::kI8ScaleWrongToken && j + 1 < p.kv_lens[b]) ++j;
+    return a.k_scale.Load(b, kh, j, 0);
+  }
+  float VScale(const AttentionProblem& p, const AttentionArgs& a, int64_t b,
+               int64_t kh, int64_t j) const {
+    if (!p.quantized_kv()) return 1.0f;
+    if (bug_ == Bug::kI8ScaleWrongHead) kh = (kh + 1) % p.kv_heads;
+    return a.v_scale.Load(b, kh, j, 0);
+  }
+  // The new rows of an i8 append quantized again with truncation toward
+  // zero instead of rounding to nearest (same scale): a quantizer written
+  // with a plain float-to-int cast.
+  static void TruncateAppended(const KvAppendArgs& a) {
+    for (const auto& [src, dst, scales] :
+         {std::tuple{&a.new_k, &a.k_cache, &a.k_scale},
+          std::tuple{&a.new_v, &a.v_cache, &a.v_scale}}) {
+      for (int64_t b = 0; b < dst->shape[0]; ++b)
+        for (int64_t h = 0; h < dst->shape[1]; ++h)
+          for (int64_t t = 0; t < a.new_lens[b]; ++t) {
+            const int64_t pos = a.positions[b] + t;
+            const float scale = scales->Load(b, h, pos, 0);
+            for (int64_t e = 0; e < dst->shape[3]; ++e) {
+              static_cast<int8_t*>(dst->data)[dst->Offset(b, h, pos, e)] =
+                  static_cast<int8_t>(src->Load(b, h, t, e) / scale);
+            }
+          }
+    }
+  }
+
   // bias[b, h|0, i, j]; the kSharedBiasByHead bug indexes a shared bias by
   // h anyway (wrapped into the buffer: another sequence's rows).
   float Bias(const TensorView& bias, int64_t b, int64_t h, int64_t i,

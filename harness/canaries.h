@@ -48,6 +48,10 @@ enum class Bug : uint8_t {
   kBlockSliceOffByOne,     // each head's Wq slice read one column right
   kBlockTransposedWeight,  // Wq read as if stored [q_width, hidden]
   kBlockWoWrongHead,       // head h's attention meets head h+1's rows of Wo
+  // The quantized (i8) KV cache's (issue 21): caught only by i8 cases.
+  kI8ScaleWrongToken,  // key j's logit scaled by token j+1's k_scale
+  kI8ScaleWrongHead,   // kv head h's V read with kv head h+1's v_scale
+  kI8AppendTruncates,  // the append truncates x/scale toward zero (no RNE)
 };
 inline constexpr auto kBugNames = MakeEnumTable<Bug>({
     {Bug::kNone, "none"},
@@ -73,6 +77,9 @@ inline constexpr auto kBugNames = MakeEnumTable<Bug>({
     {Bug::kBlockSliceOffByOne, "block_slice_off_by_one"},
     {Bug::kBlockTransposedWeight, "block_transposed_weight"},
     {Bug::kBlockWoWrongHead, "block_wo_wrong_head"},
+    {Bug::kI8ScaleWrongToken, "i8_scale_wrong_token"},
+    {Bug::kI8ScaleWrongHead, "i8_scale_wrong_head"},
+    {Bug::kI8AppendTruncates, "i8_append_truncates"},
 });
 static_assert(kBugNames.RoundTrips());
 inline std::string_view BugName(Bug b) { return kBugNames.Name(b); }

@@ -54,12 +54,14 @@ struct DecodeKernel {
           Rh(R / j.kv_heads),
           De((d + W - 1) / W * W),
           end(rs.keys_end),
-          bf16(p.dtype == DType::kBF16),
+          kv(p.KvDType()),
+          bf16(kv == DType::kBF16),
+          i8(kv == DType::kI8),
           tv(p.layout == KvLayout::kTransposedV),
           dot(X::kBf16Dot && bf16 && d % 32 == 0),
           in_place(d % W == 0),
-          k_u16(bf16 && in_place),
-          esize(DTypeSize(p.dtype)),
+          k_type(in_place ? kv : DType::kF32),
+          esize(DTypeSize(kv)),
           ahead_keys(PrefetchKeys(d * esize)),
           kdata(static_cast<const char*>(a.k.data)),
           vdata(static_cast<const char*>(a.v.data)),
@@ -79,10 +81,11 @@ struct DecodeKernel {
     const int64_t Rh;   // rows per kv head (MakeRows's order)
     const int64_t De;   // f32 row length, zero padded to W
     const int64_t end;  // one past the last key any row sees
-    const bool bf16, tv;
-    const bool dot;       // QK^T on vdpbf16ps
+    const DType kv;     // K/V storage (q is f32 or bf16 on its own)
+    const bool bf16, i8, tv;
+    const bool dot;       // QK^T on vdpbf16ps (q and K bf16)
     const bool in_place;  // K and V rows read in place: d % W == 0
-    const bool k_u16;     // K rows read as bf16, widened in registers
+    const DType k_type;   // K rows as QK^T reads them (widened in registers)
     const int64_t esize, ahead_keys;
     const char* const kdata;
     const char* const vdata;
@@ -193,19 +196,44 @@ struct DecodeKernel {
       float* srow = it.sm + r0 * kDecodeTileKeys + jb;
       const AheadRows& ahead = r0 == s0 ? k_ahead : AheadRows{};
       if (rn == 1) {
-        Micro::template QkGroup<1>(it.dot, it.k_u16, it.q, it.De, it.d, r0, rn,
+        Micro::template QkGroup<1>(it.dot, it.k_type, it.q, it.De, it.d, r0, rn,
                                    kp, it.zero, srow, ahead);
       } else if (rn == 2) {
-        Micro::template QkGroup<2>(it.dot, it.k_u16, it.q, it.De, it.d, r0, rn,
+        Micro::template QkGroup<2>(it.dot, it.k_type, it.q, it.De, it.d, r0, rn,
                                    kp, it.zero, srow, ahead);
       } else if (rn <= 4) {
-        Micro::template QkGroup<4>(it.dot, it.k_u16, it.q, it.De, it.d, r0, rn,
+        Micro::template QkGroup<4>(it.dot, it.k_type, it.q, it.De, it.d, r0, rn,
                                    kp, it.zero, srow, ahead);
       } else {
-        Micro::template QkGroup<kQkRowGroup>(it.dot, it.k_u16, it.q, it.De,
+        Micro::template QkGroup<kQkRowGroup>(it.dot, it.k_type, it.q, it.De,
                                              it.d, r0, rn, kp, it.zero, srow,
                                              ahead);
       }
+    }
+  }
+
+  // An i8 K/V: the rows [s0, s0 + Rh) of S (or P) at the tile's keys
+  // [jb, jb + W) times those keys' scales (kv head kvh of `scales`), so
+  // the integer dot products become the logits of the dequantized keys
+  // (or P the weights of the dequantized values): one multiply per key and
+  // row, no dequantized copy of a row. Keys past the tile get a scale of 1
+  // (their logits are masked to -inf, their P are 0).
+  ATTNKIT_SIMD_STEP static void ScaleKeys(const Item& it, const Tile& t,
+                                          const TensorView& scales, int64_t kvh,
+                                          int64_t s0, int64_t jb) {
+    const float* sp =
+        scales.As<float>() + scales.Offset(it.job.batch, kvh, t.j0 + jb, 0);
+    V sv;
+    if (t.nt - jb >= W) {
+      sv = X::Load(sp);
+    } else {
+      alignas(64) float tail[W];
+      for (int k = 0; k < W; ++k) tail[k] = jb + k < t.nt ? sp[k] : 1.0f;
+      sv = X::Load(tail);
+    }
+    for (int64_t r = s0; r < s0 + it.Rh; ++r) {
+      float* sr = it.sm + r * kDecodeTileKeys + jb;
+      X::Store(sr, X::Load(sr) * sv);
     }
   }
 
@@ -221,6 +249,7 @@ struct DecodeKernel {
         const AheadRows k_ahead = KeysAhead(it, t, kvh, jb);
         PrefetchNextVt(it, t, kvh, jb);
         QkRows(it, kp, s0, jb, k_ahead);
+        if (it.i8) ScaleKeys(it, t, it.a.k_scale, kvh, s0, jb);
       }
     }
   }
@@ -279,7 +308,7 @@ struct DecodeKernel {
     const int64_t d = it.d, De = it.De, nt = t.nt, ntp = t.ntp;
     const float* vbase = nullptr;
     int64_t vs = kDecodeTileKeys;
-    if (!it.bf16 && nt == ntp) {
+    if (it.kv == DType::kF32 && nt == ntp) {
       vbase = a.v.As<float>() + a.v.Offset(it.job.batch, kvh, t.j0, 0);
       vs = a.v.strides[3];
     } else {
@@ -333,10 +362,16 @@ struct DecodeKernel {
   }
 
   // O += P V over the tile, per kv head of the job.
+  // (An i8 V: P times the V rows' scales first -- l already holds the
+  // unscaled sum -- and the integer rows are accumulated.)
   ATTNKIT_SIMD_STEP static void PvTile(const Item& it, const Tile& t) {
     const AttentionArgs& a = it.a;
     for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
       const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
+      if (it.i8) {
+        for (int64_t jb = 0; jb < t.ntp; jb += W)
+          ScaleKeys(it, t, a.v_scale, kvh, s0, jb);
+      }
       if (it.tv) {
         PvTransposedV(it, t, kvh, s0);
       } else if (it.in_place) {
@@ -345,6 +380,10 @@ struct DecodeKernel {
         if (it.bf16) {
           Micro::PvRowsAll(it.Rh, it.De, it.sm + s0 * kDecodeTileKeys, t.nt,
                            static_cast<const uint16_t*>(a.v.data) + off,
+                           a.v.strides[2], it.o + s0 * it.De, it.end - t.j0);
+        } else if (it.i8) {
+          Micro::PvRowsAll(it.Rh, it.De, it.sm + s0 * kDecodeTileKeys, t.nt,
+                           static_cast<const int8_t*>(a.v.data) + off,
                            a.v.strides[2], it.o + s0 * it.De, it.end - t.j0);
         } else {
           Micro::PvRowsAll(it.Rh, it.De, it.sm + s0 * kDecodeTileKeys, t.nt,

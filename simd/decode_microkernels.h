@@ -290,9 +290,11 @@ struct DecodeMicroKernels {
   }
 #endif
   // S[r0 + r][0 .. W) for rn <= RP rows (padded rows read the zero row and
-  // are dropped) against the W keys kp; ahead.Fetch(kk) for each key.
+  // are dropped) against the W keys kp, rows of `k_type` (f32, bf16 or i8:
+  // an i8 row's dot is in its integers, the caller applies its scale);
+  // ahead.Fetch(kk) for each key.
   template <int RP>
-  static void QkGroup(bool dot, bool bf16, const float* q, int64_t De,
+  static void QkGroup(bool dot, DType k_type, const float* q, int64_t De,
                       int64_t d, int64_t r0, int rn, const void* const* kp,
                       const float* zero, float* srow, const AheadRows& ahead) {
     static_assert(RP <= W);
@@ -314,8 +316,10 @@ struct DecodeMicroKernels {
       {
         (void)dot;
         (void)d;
-        X::Store(t, bf16 ? QkBlock<RP, uint16_t>(qr, kp + kb, De)
-                         : QkBlock<RP, float>(qr, kp + kb, De));
+        X::Store(t,
+                 k_type == DType::kBF16 ? QkBlock<RP, uint16_t>(qr, kp + kb, De)
+                 : k_type == DType::kI8 ? QkBlock<RP, int8_t>(qr, kp + kb, De)
+                                        : QkBlock<RP, float>(qr, kp + kb, De));
       }
       for (int r = 0; r < rn; ++r)
         for (int kk = 0; kk < KB; ++kk)

@@ -94,6 +94,25 @@ struct XVec {
     for (int i = 0; i < W; ++i) t[i] = Bf16ToF32(p[i]);
     return V::load_aligned(t);
   }
+  // W int8 values (a quantized K/V row, before its scale) converted to f32
+  // in registers: sign-extend to 32 bits, then cvtdq2ps (exact: |q| <= 127).
+  static V Load(const int8_t* p) {
+#if defined(__AVX512F__)
+    if constexpr (W == 16) {
+      return V(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (W == 8) {
+      return V(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+    }
+#endif
+    alignas(64) float t[W];
+    for (int i = 0; i < W; ++i) t[i] = static_cast<float>(p[i]);
+    return V::load_aligned(t);
+  }
   static void Store(float* p, const V& v) { v.store_unaligned(p); }
   static V Fma(const V& a, const V& b, const V& c) {
     return xsimd::fma(a, b, c);
@@ -192,6 +211,10 @@ struct SVec {
     return {
         {Bf16ToF32(p[0]), Bf16ToF32(p[1]), Bf16ToF32(p[2]), Bf16ToF32(p[3])}};
   }
+  static V Load(const int8_t* p) {
+    return {{static_cast<float>(p[0]), static_cast<float>(p[1]),
+             static_cast<float>(p[2]), static_cast<float>(p[3])}};
+  }
   static void Store(float* p, const V& a) {
     for (int i = 0; i < 4; ++i) p[i] = a.v[i];
   }
@@ -242,10 +265,19 @@ struct SVec {
 };
 
 // dst[x] = src[x * stride] widened to f32, x < n (auto-vectorized when
-// stride == 1: vpmovzxwd + vpslld).
+// stride == 1: vpmovzxwd + vpslld for bf16, vpmovsxbd + vcvtdq2ps for i8).
+// An i8 row widens to its integers: the caller applies the row's scale.
 inline void LoadRow(const TensorView& t, int64_t off, int64_t stride, int64_t n,
                     float* dst) {
-  if (t.dtype == DType::kF32) {
+  if (t.dtype == DType::kI8) {
+    const int8_t* s = static_cast<const int8_t*>(t.data) + off;
+    if (stride == 1) {
+      for (int64_t x = 0; x < n; ++x) dst[x] = static_cast<float>(s[x]);
+    } else {
+      for (int64_t x = 0; x < n; ++x)
+        dst[x] = static_cast<float>(s[x * stride]);
+    }
+  } else if (t.dtype == DType::kF32) {
     const float* s = t.As<float>() + off;
     if (stride == 1) {
       for (int64_t x = 0; x < n; ++x) dst[x] = s[x];

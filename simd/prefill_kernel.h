@@ -143,7 +143,7 @@ struct PrefillKernel {
   // ---- the steps of a work item
   // Whether QK^T goes through vdpbf16ps (bf16 pairs of Q^T and K).
   ATTNKIT_SIMD_STEP static bool UsesBf16Dot(const AttentionProblem& p) {
-    return X::kBf16Dot && p.dtype == DType::kBF16 && p.head_dim % 2 == 0;
+    return X::kBf16Dot && p.KvDType() == DType::kBF16 && p.head_dim % 2 == 0;
   }
 
   // Packs Q^T (f32 [d][rp], or bf16 pairs [d/2][rp][2] for vdpbf16ps) into
@@ -207,8 +207,9 @@ struct PrefillKernel {
     if (!dot) {
       const float* kb;
       int64_t kstride;
-      if (p.dtype ==
-          DType::kBF16) {  // widen the tile once; row blocks reuse it
+      // bf16 or i8 (its integers; the scales go into the logits): widen
+      // the tile once, row blocks reuse it.
+      if (p.KvDType() != DType::kF32) {
         float* kw = ws + L.k_tile;
         for (int64_t j = 0; j < nt; ++j)
           LoadRow(a.k, a.k.Offset(job.batch, job.kv_head, j0 + j, 0), 1, d,
@@ -231,7 +232,10 @@ struct PrefillKernel {
   // The online softmax over the tile, lane-wise over rows: scale to log2
   // units, mask (`masked`: some row does not see some key, or a bias), raise
   // the running max (lazily), P = exp2(S - m) in place, l = l*alpha +
-  // rowsum(P), O *= alpha when some row's max moved.
+  // rowsum(P), O *= alpha when some row's max moved. An i8 K/V: key j's
+  // scale joins the logit's constant (S holds the integer dots) and, once
+  // l has the sum of P, V row j's scale multiplies P[j] (P.V then
+  // accumulates the integer rows).
   template <int RV>
   ATTNKIT_SIMD_STEP static void SoftmaxTile(const BlockJob& job,
                                             const Rows& rows, float* ws,
@@ -243,10 +247,21 @@ struct PrefillKernel {
     float* ot = ws + L.out;
     float* m = ws + L.row_max;
     float* l = ws + L.row_sum;
-    const V c = X::Set(job.scale_log2e);
-    for (int64_t j = 0; j < nt; ++j)
+    const AttentionArgs& a = *job.args;
+    const bool i8 = job.problem->quantized_kv();
+    const float* ks = nullptr;
+    const float* vs = nullptr;
+    if (i8) {
+      ks = a.k_scale.As<float>() +
+           a.k_scale.Offset(job.batch, job.kv_head, j0, 0);
+      vs = a.v_scale.As<float>() +
+           a.v_scale.Offset(job.batch, job.kv_head, j0, 0);
+    }
+    for (int64_t j = 0; j < nt; ++j) {
+      const V c = X::Set(i8 ? job.scale_log2e * ks[j] : job.scale_log2e);
       for (int rv = 0; rv < RV; ++rv)
         X::Store(st + j * rp + rv * W, X::Load(st + j * rp + rv * W) * c);
+    }
     if (masked) {
       for (int64_t r = 0; r < rows.count; ++r)
         MaskRow<RV * W>(rows, r, j0, nt, job.args->bias.strides[3], st + r);
@@ -276,6 +291,13 @@ struct PrefillKernel {
       }
       X::Store(m + rv * W, m_new);
     }
+    if (i8) {
+      for (int64_t j = 0; j < nt; ++j) {
+        const V sv = X::Set(vs[j]);
+        for (int rv = 0; rv < RV; ++rv)
+          X::Store(st + j * rp + rv * W, X::Load(st + j * rp + rv * W) * sv);
+      }
+    }
     if (rescale) {
       V alpha[RV];
       for (int rv = 0; rv < RV; ++rv)
@@ -300,7 +322,7 @@ struct PrefillKernel {
     float* ot = ws + L.out;
     const float* vb;
     int64_t sj, sd;
-    if (p.dtype == DType::kBF16) {  // widen in the stored orientation
+    if (p.KvDType() != DType::kF32) {  // widen in the stored orientation
       float* vw = ws + L.v_tile;
       if (p.layout == KvLayout::kTransposedV) {
         for (int64_t e = 0; e < d; ++e)

@@ -47,9 +47,6 @@ class SimdBackend final : public Backend {
 
   Status Supports(const AttentionProblem& p) const override {
     if (ops_ == nullptr) return Unavailable();
-    if (p.quantized_kv()) {
-      return Status::Unimplemented("simd: kv_dtype=i8 (quantized KV cache)");
-    }
     return Status::Ok();
   }
 
