@@ -34,6 +34,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "backends/registry.h"
@@ -117,8 +118,19 @@ StatusOr<const AttentionArgs*> InputsFor(const AttentionProblem& p) {
     cached.data = std::make_unique<AttentionData>(std::move(d));
     const AttentionArgs& a = cached.data->args();
     FillFromPool(a.q, 1);
-    FillFromPool(a.k, 2);
-    FillFromPool(a.v, 3);
+    if (p.quantized_kv()) {
+      // The pool's values in f32, quantized into the i8 K/V and their
+      // scales by the one rule (as an i8 cache's append stores them).
+      for (const auto& [t, scales, salt] :
+           {std::tuple{&a.k, &a.k_scale, 2}, std::tuple{&a.v, &a.v_scale, 3}}) {
+        Tensor values = Tensor::Contiguous(DType::kF32, t->shape);
+        FillFromPool(values.view, static_cast<uint64_t>(salt));
+        QuantizeRows(values.view, *t, *scales);
+      }
+    } else {
+      FillFromPool(a.k, 2);
+      FillFromPool(a.v, 3);
+    }
     cached.key = key;
   }
   return &cached.data->args();

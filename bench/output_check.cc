@@ -106,6 +106,9 @@ void FillFromPool(const TensorView& t, uint64_t salt) {
   const int64_t d = t.shape[3];
   if (t.NumElements() == 0) return;
   assert(t.strides[3] == 1 && d <= static_cast<int64_t>(pool.size()));
+  // f32 or bf16 only: an i8 view needs its scales (QuantizeRows over an f32
+  // fill).
+  assert(t.dtype != DType::kI8);
   uint64_t row = salt * 0x9E3779B97F4A7C15ull;
   const size_t span = pool.size() - static_cast<size_t>(d);
   for (int64_t a = 0; a < t.shape[0]; ++a) {
