@@ -13,6 +13,7 @@
 #define ATTNKIT_SIMD_DECODE_MICROKERNELS_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "simd/isa.h"
 #include "simd/kernel.h"
@@ -185,19 +186,36 @@ struct DecodeMicroKernels {
   template <int RP>
   static constexpr int kQkSeg = 16 / RP > 1 ? 16 / RP : 1;
   // acc[r * KB + kk] += Q[r][e0 + s*W ...] . K[kk][...] for NS vectors s.
+  //
+  // Keys go KG at a time: for few rows (RP < 4) a key's sum is RP FMA
+  // chains of NS links, too few to cover the FMA latency, so KG keys are
+  // interleaved along d to give RP * KG >= 4 chains. Only for int8 K rows:
+  // KG rows of 128 bytes (d = 128) are 8 adjacent lines, which the
+  // prefetchers stream as one; f32/bf16 rows keep the key-by-key order (a
+  // walk along d across rows of 256-512 bytes stopped the hardware
+  // prefetchers: simd/README.md, "K load order").
+  template <int RP, typename T>
+  static constexpr int kQkKeyGroup =
+      std::is_same_v<T, int8_t>&& RP < 4 ? 4 / RP : 1;
   template <int RP, int NS, typename T>
   static void QkSegment(const float* const* qr, const void* const* kp,
                         int64_t e0, V* acc) {
     constexpr int KB = W / RP;
+    constexpr int KG = kQkKeyGroup<RP, T>;
+    static_assert(KB % KG == 0);
     V qv[RP][NS];
     for (int r = 0; r < RP; ++r)
       for (int s = 0; s < NS; ++s) qv[r][s] = X::Load(qr[r] + e0 + s * W);
-    for (int kk = 0; kk < KB; ++kk) {
-      const T* k = static_cast<const T*>(kp[kk]) + e0;
+    for (int k0 = 0; k0 < KB; k0 += KG) {
+      const T* k[KG];
+      for (int g = 0; g < KG; ++g)
+        k[g] = static_cast<const T*>(kp[k0 + g]) + e0;
       for (int s = 0; s < NS; ++s) {
-        const V kv = X::Load(k + s * W);
-        for (int r = 0; r < RP; ++r)
-          acc[r * KB + kk] = X::Fma(qv[r][s], kv, acc[r * KB + kk]);
+        for (int g = 0; g < KG; ++g) {
+          const V kv = X::Load(k[g] + s * W);
+          for (int r = 0; r < RP; ++r)
+            acc[r * KB + k0 + g] = X::Fma(qv[r][s], kv, acc[r * KB + k0 + g]);
+        }
       }
     }
   }
