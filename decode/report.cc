@@ -659,7 +659,16 @@ std::string FormatDecodeTable(const DecodeReport& report,
       order.push_back(r.backend);
     }
   }
-  if (order.empty()) order.push_back(c.backend);
+  // No row (every configuration skipped or failed): the configuration's
+  // header once, naming the backends asked for (not the default backend
+  // when others were).
+  if (order.empty()) {
+    std::string names;
+    for (const DecodeBackend& b : options.backends) {
+      names += (names.empty() ? "" : ",") + b.name;
+    }
+    order.push_back(names.empty() ? c.backend : names);
+  }
   for (const std::string& backend : order) {
     std::snprintf(
         line, sizeof(line),
