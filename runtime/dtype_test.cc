@@ -66,5 +66,32 @@ TEST(DTypeTest, NamesParse) {
   EXPECT_EQ(DTypeSize(DType::kBF16), 2);
 }
 
+// The one quantization rule of an i8 cache: scale absmax / 127, values
+// rounded half to even, symmetric, scale 1 where absmax / 127 is not
+// positive.
+TEST(I8QuantizationTest, ScaleIsAbsmaxOver127AndOneForAZeroRow) {
+  EXPECT_EQ(I8ScaleOf(127.0f), 1.0f);
+  EXPECT_EQ(I8ScaleOf(254.0f), 2.0f);
+  EXPECT_EQ(I8ScaleOf(0.0f), 1.0f);
+  // absmax / 127 underflows to 0: scale 1 (the row stores zeros).
+  EXPECT_EQ(I8ScaleOf(std::numeric_limits<float>::denorm_min()), 1.0f);
+  EXPECT_EQ(DTypeSize(DType::kI8), 1);
+  EXPECT_EQ(ParseDType("i8"), DType::kI8);
+}
+
+TEST(I8QuantizationTest, RoundsHalfToEvenAndSaturatesSymmetrically) {
+  EXPECT_EQ(QuantizeI8(2.5f, 1.0f), 2);
+  EXPECT_EQ(QuantizeI8(3.5f, 1.0f), 4);
+  EXPECT_EQ(QuantizeI8(-2.5f, 1.0f), -2);
+  EXPECT_EQ(QuantizeI8(-3.5f, 1.0f), -4);
+  EXPECT_EQ(QuantizeI8(2.4999f, 1.0f), 2);
+  EXPECT_EQ(QuantizeI8(0.75f, 0.5f), 2);  // 1.5 -> 2
+  EXPECT_EQ(QuantizeI8(127.0f, 1.0f), 127);
+  EXPECT_EQ(QuantizeI8(-127.0f, 1.0f), -127);
+  // Never -128, whatever the input: the range is symmetric.
+  EXPECT_EQ(QuantizeI8(-1000.0f, 1.0f), -127);
+  EXPECT_EQ(QuantizeI8(1000.0f, 1.0f), 127);
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -300,6 +301,58 @@ TEST(KvCacheTest, OneAllocationAtCreateNoneOnAppendAndCopiesOnlyNewTokens) {
   EXPECT_EQ(backend.appends, 1);
   // Two layers, 2 tokens each, K and V.
   EXPECT_EQ(append.bytes_copied, 2 * 2 * c.TokenBytesPerLayer());
+}
+
+// An i8 cache: its scales live in the same one allocation, Prefix/Full hand
+// them out with the K/V views, an append writes int8 rows and scales only
+// (counted as copied), and Clear fills the scales too.
+TEST(KvCacheTest, I8CacheKeepsItsScalesInItsOneAllocation) {
+  const KvCacheConfig c = SmallConfig(DType::kI8, KvLayout::kTransposedV);
+  EXPECT_EQ(c.TokenBytesPerLayer(),
+            2 * c.batch * c.kv_heads * (c.head_dim + 4));
+  accounting::Counts create, append;
+  Tensor t =
+      Tensor::Contiguous(DType::kF32, {c.batch, c.kv_heads, 2, c.head_dim});
+  Rng rng(5);
+  FillNormal(t.view, rng);
+  {
+    accounting::Meter m;
+    auto cache = KvCache::Create(c);
+    create = m.Read();
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    cache->Clear(kSentinel);
+    accounting::Meter m2;
+    ASSERT_TRUE(cache->Append(0, t.view, t.view).ok());
+    append = m2.Read();
+    const KvCache::View p = cache->Prefix(0);
+    EXPECT_EQ(p.k.dtype, DType::kI8);
+    ASSERT_FALSE(p.k_scale.is_null());
+    EXPECT_EQ(p.k_scale.shape,
+              (std::array<int64_t, 4>{c.batch, c.kv_heads, 2, 1}));
+    EXPECT_EQ(p.v_scale.strides[2], 1);
+    // The appended rows' scales, bit-exact; the next slot still the fill.
+    Tensor row = Tensor::Contiguous(DType::kI8, {1, 1, 1, c.head_dim});
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t h = 0; h < c.kv_heads; ++h) {
+        for (int64_t j = 0; j < 2; ++j) {
+          EXPECT_EQ(p.k_scale.Load(b, h, j, 0),
+                    QuantizeRowI8(t.view, {b, h, j}, row.view, {0, 0, 0}));
+          for (int64_t e = 0; e < c.head_dim; ++e) {
+            EXPECT_EQ(p.v.Load(b, h, j, e), row.view.Load(0, 0, 0, e));
+          }
+        }
+        const KvCache::View full = cache->Full(0);
+        EXPECT_EQ(std::bit_cast<uint32_t>(full.k_scale.Load(b, h, 2, 0)),
+                  0xA5A5A5A5u);  // Clear's fill
+      }
+    // A f32 cache has no scales.
+    auto plain = KvCache::Create(SmallConfig(DType::kF32, KvLayout::kBHSD));
+    ASSERT_TRUE(plain.ok());
+    EXPECT_TRUE(plain->Prefix(0).k_scale.is_null());
+  }
+  EXPECT_EQ(create.allocs, 1);
+  EXPECT_EQ(append.allocs, 0);
+  EXPECT_EQ(append.bytes_copied, 2 * c.TokenBytesPerLayer());
 }
 
 }  // namespace

@@ -317,5 +317,87 @@ TEST(KvStridesTest, LayoutsPutTheRightDimInnermost) {
   EXPECT_EQ(KvStrides(KvLayout::kTransposedV, true, shape)[3], 16);
 }
 
+// The quantized cache's vocabulary: kv_dtype=i8 (q f32 or bf16), its string
+// form, what Validate refuses, and the scale views and values.
+TEST(ProblemTest, I8KvDtypeValidatesAndRoundTrips) {
+  AttentionProblem p = Good();
+  p.dtype = DType::kBF16;
+  p.kv_dtype = DType::kI8;
+  ASSERT_TRUE(p.Validate().ok()) << p.Validate().ToString();
+  EXPECT_TRUE(p.quantized_kv());
+  EXPECT_EQ(p.KvDType(), DType::kI8);
+  const std::string s = p.ToString();
+  EXPECT_NE(s.find(",dtype=bf16,kv_dtype=i8,"), std::string::npos) << s;
+  StatusOr<AttentionProblem> back = ParseProblem(s);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->ToString(), s);
+
+  p.kv_dtype = DType::kF32;  // neither q's dtype nor i8
+  EXPECT_NE(p.Validate().message().find("kv_dtype=f32 differs from dtype=bf16"),
+            std::string::npos)
+      << p.Validate().message();
+  p = Good();
+  p.dtype = DType::kI8;
+  EXPECT_NE(p.Validate().message().find("dtype=i8 is a K/V storage only"),
+            std::string::npos)
+      << p.Validate().message();
+  EXPECT_NE(ParseProblem("q=1,kv=1,kv_dtype=i4")
+                .status()
+                .message()
+                .find("kv_dtype=i4"),
+            std::string::npos);
+}
+
+TEST(ProblemTest, I8ScalesAreCheckedInShapeAndValue) {
+  AttentionProblem p = Good();
+  p.kv_dtype = DType::kI8;
+  auto d = AttentionData::Create(p);
+  ASSERT_TRUE(d.ok());
+  Rng rng(3);
+  d->Fill(p, rng, ValueProfile::kNormal, {});
+  const AttentionArgs& good = d->args();
+  ASSERT_TRUE(ValidateArgs(p, good).ok()) << ValidateArgs(p, good).ToString();
+  EXPECT_TRUE(CheckKvScaleValues(p, good.k_scale, good.v_scale).ok());
+
+  AttentionArgs a = good;
+  a.v_scale = {};
+  EXPECT_NE(ValidateArgs(p, a).message().find("v_scale: missing"),
+            std::string::npos)
+      << ValidateArgs(p, a).message();
+  a = good;
+  a.k_scale.shape[2] = 16;
+  EXPECT_NE(ValidateArgs(p, a).message().find("k_scale: shape[2]=16"),
+            std::string::npos)
+      << ValidateArgs(p, a).message();
+  a = good;
+  a.k.dtype = DType::kF32;
+  EXPECT_NE(ValidateArgs(p, a).message().find("k: dtype=f32, expected i8"),
+            std::string::npos)
+      << ValidateArgs(p, a).message();
+  // Scales given with unquantized K/V.
+  AttentionProblem plain = Good();
+  auto e = AttentionData::Create(plain);
+  ASSERT_TRUE(e.ok());
+  a = e->args();
+  a.k_scale = good.k_scale;
+  EXPECT_NE(
+      ValidateArgs(plain, a).message().find("k_scale: given but k is f32"),
+      std::string::npos)
+      << ValidateArgs(plain, a).message();
+
+  // Values: a scale a row reads must be finite and positive; the error
+  // names the tensor and the element.
+  d->k_scale().view.Store(1, 0, 250, 0, 0.0f);
+  Status s = CheckKvScaleValues(p, good.k_scale, good.v_scale);
+  EXPECT_NE(s.message().find("k_scale[1,0,250]=0 must be finite and positive"),
+            std::string::npos)
+      << s.message();
+  d->k_scale().view.Store(1, 0, 250, 0, 1.0f);
+  d->v_scale().view.Store(0, 1, 3, 0, std::numeric_limits<float>::quiet_NaN());
+  s = CheckKvScaleValues(p, good.k_scale, good.v_scale);
+  EXPECT_NE(s.message().find("v_scale[0,1,3]=nan"), std::string::npos)
+      << s.message();
+}
+
 }  // namespace
 }  // namespace attnkit

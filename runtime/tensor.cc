@@ -9,6 +9,7 @@
 #include <new>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 #include "runtime/limits.h"
@@ -45,10 +46,51 @@ void TensorView::Store(int64_t i0, int64_t i1, int64_t i2, int64_t i3,
   static_cast<float*>(data)[off] = v;
 }
 
+namespace {
+
+// QuantizeRowI8 on n values at unit stride: the same operations in the same
+// order (so the same bytes), in loops the compiler vectorizes. A decode
+// step's append quantizes kv_heads rows per layer; the element-wise Load /
+// Offset path cost ~80 us per layer of Llama-2-7B (32 x 128 values, K and
+// V; 2-core AMD EPYC Zen 5, GCC 12.2, 2026-11-25).
+template <typename T>
+float QuantizeContiguous(const T* x, int64_t n, int8_t* out) {
+  auto value = [](T v) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      return v.ToFloat();
+    } else {
+      return v;
+    }
+  };
+  float absmax = 0.0f;
+  for (int64_t e = 0; e < n; ++e) {
+    absmax = std::fmax(absmax, std::fabs(value(x[e])));
+  }
+  const float scale = I8ScaleOf(absmax);
+  for (int64_t e = 0; e < n; ++e) out[e] = QuantizeI8(value(x[e]), scale);
+  return scale;
+}
+
+}  // namespace
+
 float QuantizeRowI8(const TensorView& src, std::array<int64_t, 3> from,
                     const TensorView& dst, std::array<int64_t, 3> to) {
   assert(dst.dtype == DType::kI8 && src.shape[3] == dst.shape[3]);
   const auto& [a, b, c] = from;
+  const int64_t n = src.shape[3];
+  if (n > 0 && src.strides[3] == 1 && dst.strides[3] == 1) {
+    int8_t* out =
+        static_cast<int8_t*>(dst.data) + dst.Offset(to[0], to[1], to[2], 0);
+    const int64_t at = src.Offset(a, b, c, 0);
+    if (src.dtype == DType::kF32) {
+      return QuantizeContiguous(static_cast<const float*>(src.data) + at, n,
+                                out);
+    }
+    if (src.dtype == DType::kBF16) {
+      return QuantizeContiguous(static_cast<const bf16*>(src.data) + at, n,
+                                out);
+    }
+  }
   float absmax = 0.0f;
   for (int64_t e = 0; e < src.shape[3]; ++e) {
     absmax = std::fmax(absmax, std::fabs(src.Load(a, b, c, e)));
