@@ -431,7 +431,8 @@ TensorView DecodeSession::output(int64_t step, int64_t layer) const {
 
 KvCache::View DecodeSession::naive_sequence(int64_t layer, int64_t b) const {
   if (mode_ != DecodeMode::kNaiveConcat) return {};
-  return {naive_[layer].K(b), naive_[layer].V(b)};
+  return {naive_[layer].K(b), naive_[layer].V(b), naive_[layer].KScale(b),
+          naive_[layer].VScale(b)};
 }
 
 }  // namespace attnkit::decode
