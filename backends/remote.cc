@@ -486,16 +486,9 @@ Status ReadResult(std::span<const uint8_t> msg, bool counted) {
   return s;
 }
 
-// The wire and the plug-in ABI do not carry an i8 K/V's scales yet.
-Status QuantizedKvUnsupported() {
-  return Status::Unimplemented(
-      "worker: kv_dtype=i8 (quantized KV cache) is not carried to plug-ins");
-}
-
 }  // namespace
 
 Status RemoteBackend::Supports(const AttentionProblem& p) const {
-  if (p.quantized_kv()) return QuantizedKvUnsupported();
   auto* self = const_cast<RemoteBackend*>(this);
   ATTNKIT_RETURN_IF_ERROR(
       self->BeginRequest(static_cast<uint32_t>(wire::Op::kSupports)));
@@ -514,32 +507,38 @@ Status RemoteBackend::ReserveWorkspace(const AttentionProblem& largest) {
 
 Status RemoteBackend::Attention(const AttentionProblem& p,
                                 const AttentionArgs& args) {
-  if (p.quantized_kv()) return QuantizedKvUnsupported();
   ATTNKIT_RETURN_IF_ERROR(
       BeginRequest(static_cast<uint32_t>(wire::Op::kAttention)));
   ATTNKIT_RETURN_IF_ERROR(
-      PrepareScratch({&args.q, &args.k, &args.v, &args.bias, &args.out}));
+      PrepareScratch({&args.q, &args.k, &args.v, &args.bias, &args.out,
+                      &args.k_scale, &args.v_scale}));
   wire::Writer(out_).PutProblem(p);
   PutTensor(args.q, false);
   PutTensor(args.k, false);
   PutTensor(args.v, false);
   PutTensor(args.bias, false);
   PutTensor(args.out, true);
+  // An i8 K/V's scales (null views otherwise) travel like K and V.
+  PutTensor(args.k_scale, false);
+  PutTensor(args.v_scale, false);
   ATTNKIT_RETURN_IF_ERROR(Call("attention", Deadline(p.Flops())));
   return ReadResult({in_.data(), in_len_}, true);
 }
 
 Status RemoteBackend::AppendKv(const KvAppendArgs& a) {
-  // An i8 cache: the portable quantizing append, in this process.
-  if (a.k_cache.dtype == DType::kI8) return Backend::AppendKv(a);
   ATTNKIT_RETURN_IF_ERROR(
       BeginRequest(static_cast<uint32_t>(wire::Op::kAppend)));
-  ATTNKIT_RETURN_IF_ERROR(
-      PrepareScratch({&a.k_cache, &a.v_cache, &a.new_k, &a.new_v}));
+  ATTNKIT_RETURN_IF_ERROR(PrepareScratch(
+      {&a.k_cache, &a.v_cache, &a.new_k, &a.new_v, &a.k_scale, &a.v_scale}));
   PutTensor(a.k_cache, true);
   PutTensor(a.v_cache, true);
   PutTensor(a.new_k, false);
   PutTensor(a.new_v, false);
+  // An i8 cache's scales: the append writes the new tokens' (the worker's
+  // backend quantizes -- its own hook or the portable append -- so a hook's
+  // bug is caught as it would be in this process).
+  PutTensor(a.k_scale, true);
+  PutTensor(a.v_scale, true);
   wire::Writer w(out_);
   w.PutInts(a.positions);
   w.PutInts(a.new_lens);

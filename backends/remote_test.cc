@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/registry.h"
 #include "harness/test_support.h"
 #include "plugin/loader.h"
 #include "runtime/accounting.h"
@@ -66,7 +67,9 @@ struct Data {
     float* o = out.view.As<float>();
     for (int64_t e = 0; e < out.view.NumElements(); ++e) o[e] = NAN;
   }
-  AttentionArgs args() const { return {q.view, k.view, v.view, {}, out.view}; }
+  AttentionArgs args() const {
+    return {q.view, k.view, v.view, {}, out.view, {}, {}};
+  }
   std::vector<float> Out() const {
     const float* o = out.view.As<float>();
     return {o, o + out.view.NumElements()};
@@ -254,7 +257,7 @@ TEST(RemoteBackendTest, TheWorkersAppendBytesReachThisProcesssMeter) {
     nv.view.As<float>()[e] = -static_cast<float>(e);
   }
   const int64_t positions[] = {3}, new_lens[] = {2};
-  const KvAppendArgs a{kc.view, vc.view, nk.view, nv.view,
+  const KvAppendArgs a{kc.view,   vc.view,  nk.view, nv.view,
                        positions, new_lens, {},      {}};
   accounting::Meter meter;
   ASSERT_TRUE((*r)->AppendKv(a).ok());
@@ -282,6 +285,145 @@ TEST(RemoteBackendTest, RegisteredBackendsRunInTheFullWorker) {
       EXPECT_NEAR(got[i], want[i], 1e-5) << i;
     }
   }
+}
+
+// A quantized KV cache (int8 K/V with per-row f32 scales) through the
+// worker: the problem's kv_dtype, the int8 tensors and both scale tensors
+// reach the plug-in, in shared segments and staged from the heap, and the
+// output is bit for bit the in-process plug-in's.
+AttentionProblem QuantizedProblem() {
+  AttentionProblem p = Problem();
+  p.kv_dtype = DType::kI8;
+  p.layout = KvLayout::kTransposedV;
+  return p;
+}
+
+AttentionData QuantizedData(const AttentionProblem& p) {
+  auto d = AttentionData::Create(p);
+  EXPECT_TRUE(d.ok()) << d.status().ToString();
+  Rng rng(23, 0);
+  d->Fill(p, rng);
+  return std::move(d).value();
+}
+
+std::vector<float> OutOf(const AttentionData& d) {
+  const TensorView& o = d.args().out;
+  return {o.As<float>(), o.As<float>() + o.NumElements()};
+}
+
+TEST(RemoteBackendTest, QuantizedKvComputesWhatTheInProcessPluginComputes) {
+  const AttentionProblem p = QuantizedProblem();
+  std::vector<float> want;
+  {
+    auto local = plugin::LoadPlugin(kPlugin);
+    ASSERT_TRUE(local.ok()) << local.status().ToString();
+    AttentionData d = QuantizedData(p);
+    ASSERT_FALSE(d.args().k_scale.is_null());
+    const Status s = (*local)->Attention(p, d.args());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    want = OutOf(d);
+  }
+  for (const bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "shared" : "staged");
+    std::unique_ptr<RemoteBackend> r;
+    std::optional<AttentionData> d;
+    {
+      shared_memory::Scope share(shared);
+      auto started = RemoteBackend::Start({"", kPlugin});
+      ASSERT_TRUE(started.ok()) << started.status().ToString();
+      r = std::move(*started);
+      d.emplace(QuantizedData(p));
+    }
+    EXPECT_EQ(shared_memory::Find(d->args().v_scale.data, 4).has_value(),
+              shared);
+    ASSERT_TRUE(r->Supports(p).ok());
+    Status s = r->Attention(p, d->args());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const std::vector<float> got = OutOf(*d);
+    EXPECT_TRUE(SameBits(got, want));
+    // The worker reads the scales the call names: every V scale doubled
+    // doubles every output (exactly: a power of two).
+    const TensorView& vs = d->args().v_scale;
+    for (int64_t b = 0; b < vs.shape[0]; ++b)
+      for (int64_t h = 0; h < vs.shape[1]; ++h)
+        for (int64_t j = 0; j < vs.shape[2]; ++j) {
+          vs.As<float>()[vs.Offset(b, h, j, 0)] *= 2.0f;
+        }
+    s = r->Attention(p, d->args());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const std::vector<float> doubled = OutOf(*d);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(doubled[i], 2.0f * got[i]) << i;
+    }
+    EXPECT_EQ(r->deaths(), 0);
+  }
+}
+
+// A registered backend isolated in the full worker (--isolate process)
+// takes i8 K/V as in this process.
+TEST(RemoteBackendTest, TheReferenceTakesQuantizedKvInTheFullWorker) {
+  shared_memory::Scope share(true);
+  auto r = RemoteBackend::Start({"reference", ""});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const AttentionProblem p = QuantizedProblem();
+  ASSERT_TRUE((*r)->Supports(p).ok());
+  AttentionData remote = QuantizedData(p), local = QuantizedData(p);
+  ASSERT_TRUE((*r)->Attention(p, remote.args()).ok());
+  auto reference = MakeBackend("reference");
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  ASSERT_TRUE((*reference)->Attention(p, local.args()).ok());
+  EXPECT_TRUE(SameBits(OutOf(remote), OutOf(local)));
+}
+
+// A plug-in that does not declare i8 K/V is asked through the worker and
+// declines with its loader's reason: the problem crossed with its kv_dtype.
+TEST(RemoteBackendTest, QuantizedKvReachesTheWorkersLoaderAsQuantized) {
+  auto r = RemoteBackend::Start({"", ATTNKIT_EXAMPLE_PLUGIN_NO_I8});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Status s = (*r)->Supports(QuantizedProblem());
+  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(s.message(),
+            "plugin example_no_i8: kv_dtype=i8 (quantized KV cache): its "
+            "table's kv_dtypes=0x0 does not declare ATTNKIT_PLUGIN_KV_I8");
+  EXPECT_TRUE((*r)->Supports(Problem()).ok());
+}
+
+// An append into an i8 cache runs in the worker (the plug-in's hook
+// quantizes there), writes the new rows and their scales in place and
+// charges this process's meter the int8 rows and the scales.
+TEST(RemoteBackendTest, AQuantizingAppendRunsInTheWorker) {
+  shared_memory::Scope share(true);
+  auto r = RemoteBackend::Start({"", kPlugin});
+  ASSERT_TRUE(r.ok());
+  const std::array<int64_t, 4> cache_shape{1, 2, 8, 16}, new_shape{1, 2, 2, 16},
+      scale_shape{1, 2, 8, 1};
+  Tensor kc = Tensor::Contiguous(DType::kI8, cache_shape);
+  Tensor vc = Tensor::Contiguous(DType::kI8, cache_shape);
+  Tensor ks =
+      Tensor::Allocate(DType::kF32, scale_shape, KvScaleStrides(scale_shape));
+  Tensor vs =
+      Tensor::Allocate(DType::kF32, scale_shape, KvScaleStrides(scale_shape));
+  Tensor nk = Tensor::Contiguous(DType::kF32, new_shape);
+  Tensor nv = Tensor::Contiguous(DType::kF32, new_shape);
+  for (int64_t e = 0; e < nk.view.NumElements(); ++e) {
+    nk.view.As<float>()[e] = static_cast<float>(e % 16) - 4.0f;
+    nv.view.As<float>()[e] = 0.25f * static_cast<float>(e);
+  }
+  const int64_t positions[] = {3}, new_lens[] = {2};
+  const KvAppendArgs a{kc.view,   vc.view,  nk.view, nv.view,
+                       positions, new_lens, ks.view, vs.view};
+  ASSERT_TRUE(shared_memory::Find(ks.view.data, 4).has_value());
+  accounting::Meter meter;
+  const Status s = (*r)->AppendKv(a);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(meter.Read().bytes_copied, AppendedBytes(a));
+  EXPECT_EQ(AppendedBytes(a), 2 * 2 * 2 * (16 + 4));
+  // Token 0 of head 1 (values -4 .. 11: absmax 11) landed at position 3.
+  EXPECT_EQ(ks.view.Load(0, 1, 3, 0), 11.0f / 127.0f);
+  EXPECT_EQ(kc.view.As<int8_t>()[kc.view.Offset(0, 1, 3, 15)], 127);
+  EXPECT_EQ(kc.view.As<int8_t>()[kc.view.Offset(0, 1, 3, 4)], 0);
+  EXPECT_EQ(ks.view.Load(0, 1, 5, 0), 0.0f);  // past the new tokens
+  EXPECT_GT(vs.view.Load(0, 0, 4, 0), 0.0f);
 }
 
 // The attention block through the worker: the same protocol as attention

@@ -32,6 +32,10 @@ void Writer::PutProblem(const AttentionProblem& p) {
   Put(p.scale.value_or(0.0f));
   Put(static_cast<uint8_t>(p.dtype));
   Put(static_cast<uint8_t>(p.layout));
+  // Unset and set-to-dtype differ in the problem's one-line form (a
+  // reproducer), so the worker gets the optional as it is.
+  Put(static_cast<uint8_t>(p.kv_dtype.has_value()));
+  Put(static_cast<uint8_t>(p.kv_dtype.value_or(DType::kF32)));
 }
 
 void Writer::PutBlockProblem(const AttentionBlockProblem& p) {
@@ -88,20 +92,24 @@ bool ToEnum(uint8_t raw, E max, E& out) {
 }  // namespace
 
 bool Reader::GetProblem(AttentionProblem& p) {
-  uint8_t mask = 0, has_scale = 0, dtype = 0, layout = 0;
+  uint8_t mask = 0, has_scale = 0, dtype = 0, layout = 0, has_kv_dtype = 0,
+          kv_dtype = 0;
   float scale = 0;
   if (!Get(p.batch) || !Get(p.q_heads) || !Get(p.kv_heads) ||
       !Get(p.head_dim) || !GetInts(p.q_lens) || !GetInts(p.kv_lens) ||
       !Get(mask) || !Get(p.window) || !Get(has_scale) || !Get(scale) ||
-      !Get(dtype) || !Get(layout)) {
+      !Get(dtype) || !Get(layout) || !Get(has_kv_dtype) || !Get(kv_dtype)) {
     return Fail();
   }
+  DType kv = DType::kF32;
   if (!ToEnum(mask, MaskKind::kBias, p.mask) ||
       !ToEnum(dtype, DType::kBF16, p.dtype) ||
-      !ToEnum(layout, KvLayout::kTransposedV, p.layout)) {
+      !ToEnum(layout, KvLayout::kTransposedV, p.layout) || has_kv_dtype > 1 ||
+      !ToEnum(kv_dtype, DType::kI8, kv)) {
     return Fail();
   }
   p.scale = has_scale ? std::optional<float>(scale) : std::nullopt;
+  p.kv_dtype = has_kv_dtype ? std::optional<DType>(kv) : std::nullopt;
   return true;
 }
 
@@ -133,7 +141,7 @@ bool Reader::GetTensor(TensorRef& t) {
   if (!Get(t.segment) || !Get(t.offset) || !Get(dtype)) return Fail();
   for (int64_t& x : t.shape) Get(x);
   for (int64_t& x : t.strides) Get(x);
-  if (!ok_ || !ToEnum(dtype, DType::kBF16, t.dtype)) return Fail();
+  if (!ok_ || !ToEnum(dtype, DType::kI8, t.dtype)) return Fail();
   return true;
 }
 

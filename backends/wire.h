@@ -35,9 +35,10 @@ enum class Op : uint32_t {
   kHello = 1,       // -> status, backend name
   kSupports,        // problem -> status
   kReserve,         // problem -> status
-  kAttention,       // problem, q, k, v, bias, out -> status, counts
-  kAppend,          // k_cache, v_cache, new_k, new_v, positions, new_lens
+  kAttention,       // problem, q, k, v, bias, out, k_scale, v_scale
                     //   -> status, counts
+  kAppend,          // k_cache, v_cache, new_k, new_v, k_scale, v_scale,
+                    //   positions, new_lens -> status, counts
   kSupportsBlock,   // block problem -> status
   kAttentionBlock,  // block problem, x, wq, wk, wv, bq, bk, bv, wo, bias,
                     //   k_cache, v_cache, out -> status, counts

@@ -143,24 +143,28 @@ class Worker {
         return true;
       }
       case wire::Op::kAttention: {
-        wire::TensorRef refs[5];
+        constexpr int kTensors = 7;
+        wire::TensorRef refs[kTensors];
         if (!r.GetProblem(problem_)) return false;
         for (auto& ref : refs) {
           if (!r.GetTensor(ref)) return false;
         }
         if (!Segments(r)) return false;
         AttentionArgs a;
-        TensorView* views[5] = {&a.q, &a.k, &a.v, &a.bias, &a.out};
-        const char* names[5] = {"q", "k", "v", "bias", "out"};
+        TensorView* views[kTensors] = {&a.q,   &a.k,       &a.v,      &a.bias,
+                                       &a.out, &a.k_scale, &a.v_scale};
+        const char* names[kTensors] = {"q",   "k",       "v",      "bias",
+                                       "out", "k_scale", "v_scale"};
         Status s;
-        for (int i = 0; i < 5 && s.ok(); ++i) {
+        for (int i = 0; i < kTensors && s.ok(); ++i) {
           s = Resolve(refs[i], names[i], *views[i]);
         }
         Metered(w, s, [&] { return backend_->Attention(problem_, a); });
         return true;
       }
       case wire::Op::kAppend: {
-        wire::TensorRef refs[4];
+        constexpr int kTensors = 6;
+        wire::TensorRef refs[kTensors];
         for (auto& ref : refs) {
           if (!r.GetTensor(ref)) return false;
         }
@@ -168,10 +172,12 @@ class Worker {
           return false;
         }
         KvAppendArgs a;
-        TensorView* views[4] = {&a.k_cache, &a.v_cache, &a.new_k, &a.new_v};
-        const char* names[4] = {"k_cache", "v_cache", "new_k", "new_v"};
+        TensorView* views[kTensors] = {&a.k_cache, &a.v_cache, &a.new_k,
+                                       &a.new_v,   &a.k_scale, &a.v_scale};
+        const char* names[kTensors] = {"k_cache", "v_cache", "new_k",
+                                       "new_v",   "k_scale", "v_scale"};
         Status s;
-        for (int i = 0; i < 4 && s.ok(); ++i) {
+        for (int i = 0; i < kTensors && s.ok(); ++i) {
           s = Resolve(refs[i], names[i], *views[i]);
         }
         a.positions = positions_;

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "backends/remote.h"
 #include "harness/campaign.h"
@@ -56,17 +58,61 @@ TEST(PluginTest, TheExamplePluginLoadsAndPassesCases) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ((*b)->name(), "example");
   Backend* one[] = {b->get()};
-  int blocks = 0;
+  int blocks = 0, quantized = 0;
   for (uint64_t i = 0; i < 60; ++i) {
     const Case c = GenerateCase(Tier::kSmoke, 2, i);
     auto r = RunCase(c, one);
     ASSERT_TRUE(r.ok());
-    // Block cases too: the example implements attention_block.
+    // Block cases and i8 K/V too: the example implements attention_block
+    // and declares ATTNKIT_PLUGIN_KV_I8.
     EXPECT_EQ((*r)[0].outcome, Outcome::kPass)
         << c.ToString() << " " << (*r)[0].message;
     blocks += c.is_block() ? 1 : 0;
+    quantized += c.problem.quantized_kv() ? 1 : 0;
   }
   EXPECT_GT(blocks, 0) << "no block case among the 60 drawn";
+  EXPECT_GT(quantized, 0) << "no i8 K/V case among the 60 drawn";
+}
+
+// Quantized KV caches (int8 K/V, one f32 scale per row): plain calls and
+// decode loops (the example's append_kv quantizing into the cache), f32 and
+// bf16 queries, every layout and mask kind, GQA, ragged batches with a
+// sequence that appends nothing.
+constexpr const char* kQuantizedCases[] = {
+    "seed=5,index=1,b=2,hq=4,hkv=2,d=5,q=3:1,kv=6:4,mask=causal,"
+    "kv_dtype=i8",
+    "seed=5,index=2,b=1,hq=2,hkv=1,d=17,q=2,kv=9,dtype=bf16,kv_dtype=i8,"
+    "layout=tv",
+    "seed=5,index=3,pad=2,steps=3,b=3,hq=6,hkv=3,d=8,q=1:0:2,kv=5:3:9,"
+    "mask=window:3,kv_dtype=i8,layout=bshd",
+    "seed=5,index=4,steps=2,b=1,hq=8,hkv=1,d=33,q=2,kv=7,mask=bias,"
+    "dtype=bf16,kv_dtype=i8,layout=tv",
+    "seed=5,index=5,pad=1,steps=2,b=2,hq=4,hkv=2,d=5,q=1:1,kv=6:4,"
+    "kv_dtype=i8",
+};
+
+TEST(PluginTest, TheExamplePluginPassesQuantizedKvCases) {
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const char* text : kQuantizedCases) {
+    const Case c = CaseFrom(text);
+    ASSERT_TRUE(c.problem.quantized_kv()) << text;
+    const CheckResult r = RunOne(c, **b);
+    EXPECT_EQ(r.outcome, Outcome::kPass) << text << " " << r.message;
+  }
+}
+
+// The same in its worker: the problem's kv_dtype, the int8 tensors and the
+// scales cross the process boundary (the append's too: the worker's hook
+// quantizes into the shared cache, checked byte for byte).
+TEST(PluginTest, TheExamplePluginPassesQuantizedKvCasesInItsWorker) {
+  auto r = backends::RemoteBackend::Start({"", ATTNKIT_EXAMPLE_PLUGIN});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const char* text : kQuantizedCases) {
+    const CheckResult res = RunOne(CaseFrom(text), **r);
+    EXPECT_EQ(res.outcome, Outcome::kPass) << text << " " << res.message;
+  }
+  EXPECT_EQ((*r)->deaths(), 0);
 }
 
 // The blocks the example plug-in's attention_block must get right, against
@@ -205,6 +251,76 @@ TEST(PluginTest, TablesEndingBeforeTheBlockEntriesHaveNoBlock) {
     // Its attention and (for the second) its own append still run.
     ExpectDecodeCasesPass(**b);
   }
+}
+
+// A table that does not declare ATTNKIT_PLUGIN_KV_I8 -- kv_dtypes 0, or a
+// struct_size ending before the field (built against an older header: it
+// would read int8 as f32) -- never gets an i8 problem: supports says why
+// without asking the plug-in, the case is skipped with that reason, and its
+// f32/bf16 cases (and, for the table with the block, its blocks) still run.
+// The variants' kernels fail any i8 call they get (example_attention.c).
+TEST(PluginTest, TablesThatDoNotDeclareI8KvSkipQuantizedCases) {
+  const struct {
+    const char* path;
+    std::string why;
+  } kUndeclared[] = {
+      {ATTNKIT_EXAMPLE_PLUGIN_NO_I8,
+       "its table's kv_dtypes=0x0 does not declare ATTNKIT_PLUGIN_KV_I8"},
+      {ATTNKIT_EXAMPLE_PLUGIN_FIRST_V1,
+       "struct_size=" + std::to_string(ATTNKIT_PLUGIN_V1_BASE_SIZE) +
+           " ends before kv_dtypes: built against an older attnkit_plugin.h"},
+      {ATTNKIT_EXAMPLE_PLUGIN_APPEND_KV_V1,
+       "struct_size=" + std::to_string(ATTNKIT_PLUGIN_V1_APPEND_KV_SIZE) +
+           " ends before kv_dtypes: built against an older attnkit_plugin.h"},
+      {ATTNKIT_EXAMPLE_PLUGIN_BLOCK_V1,
+       "struct_size=" + std::to_string(ATTNKIT_PLUGIN_V1_BLOCK_SIZE) +
+           " ends before kv_dtypes: built against an older attnkit_plugin.h"},
+  };
+  for (const auto& t : kUndeclared) {
+    SCOPED_TRACE(t.path);
+    auto b = plugin::LoadPlugin(t.path);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    const std::string why = "plugin " + std::string((*b)->name()) +
+                            ": kv_dtype=i8 (quantized KV cache): " + t.why;
+    for (const char* text : kQuantizedCases) {
+      const Case c = CaseFrom(text);
+      const Status s = (*b)->Supports(c.problem);
+      EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+      EXPECT_EQ(s.message(), why);
+      const CheckResult r = RunOne(c, **b);
+      EXPECT_EQ(r.outcome, Outcome::kSkipped) << text << " " << r.message;
+      EXPECT_EQ(r.message, "UNIMPLEMENTED: " + why);
+    }
+    ExpectDecodeCasesPass(**b);
+  }
+  // Isolated, the worker's loader says the same: the problem reached it
+  // with its kv_dtype (a worker that lost it would run the problem as f32).
+  auto remote =
+      backends::RemoteBackend::Start({"", ATTNKIT_EXAMPLE_PLUGIN_NO_I8});
+  ASSERT_TRUE(remote.ok()) << remote.status().ToString();
+  const CheckResult r = RunOne(CaseFrom(kQuantizedCases[2]), **remote);
+  EXPECT_EQ(r.outcome, Outcome::kSkipped) << r.message;
+  EXPECT_EQ(r.message,
+            "UNIMPLEMENTED: plugin example_no_i8: kv_dtype=i8 (quantized KV "
+            "cache): its table's kv_dtypes=0x0 does not declare "
+            "ATTNKIT_PLUGIN_KV_I8");
+  // The table built with the block but before kv_dtypes keeps its block.
+  auto block_v1 = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_BLOCK_V1);
+  ASSERT_TRUE(block_v1.ok()) << block_v1.status().ToString();
+  const CheckResult block =
+      RunOne(testing::BlockCase(Block(kBlocks[1]), 1), **block_v1);
+  EXPECT_EQ(block.outcome, Outcome::kPass) << block.message;
+}
+
+TEST(PluginTest, AKvDTypesBitThisAttnkitDoesNotKnowIsRefused) {
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN_UNKNOWN_KV_DTYPE);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find(
+                ": kv_dtypes=0x8 has bits 0x8 this attnkit does not know (it "
+                "knows ATTNKIT_PLUGIN_KV_I8=0x4)"),
+            std::string::npos)
+      << b.status().ToString();
 }
 
 // A table whose block entries are NULL has no block (said so); one that
@@ -406,6 +522,11 @@ TEST(PluginTest, EachAppendHookBugIsCaughtAtTheCacheElementItBreaks) {
     EXPECT_EQ(r.step, 0) << bug.name;
     EXPECT_EQ(r.message.rfind(bug.message, 0), 0u)
         << bug.name << ": " << r.message;
+    // Into an i8 cache the hook quantizes, with the same bug: the loader
+    // calls it there too (the portable append would pass).
+    const CheckResult q = RunOne(CaseFrom(kQuantizedCases[4]), **b);
+    EXPECT_EQ(q.outcome, Outcome::kKvCache) << bug.name << ": " << q.message;
+    EXPECT_EQ(q.step, 0) << bug.name;
   }
 }
 
@@ -447,7 +568,7 @@ TEST(PluginTest, AnAppendHookErrorNamesThePluginAndItsMessage) {
   Tensor nk = Tensor::Contiguous(DType::kF32, one);
   Tensor nv = Tensor::Contiguous(DType::kF32, one);
   int64_t positions[] = {3}, new_lens[] = {1};
-  const KvAppendArgs a{kc.view, vc.view, nk.view, nv.view,
+  const KvAppendArgs a{kc.view,   vc.view,  nk.view, nv.view,
                        positions, new_lens, {},      {}};
   const Status s = (*b)->AppendKv(a);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
@@ -475,10 +596,99 @@ TEST(PluginTest, TheAppendHookIsChargedTheNewTokensBytes) {
   const int64_t positions[] = {0, 6}, new_lens[] = {1, 2};
   accounting::Meter meter;
   ASSERT_TRUE(
-      (*b)->AppendKv({kc.view, vc.view, nk.view, nv.view, positions, new_lens})
+      (*b)->AppendKv(
+              {kc.view, vc.view, nk.view, nv.view, positions, new_lens, {}, {}})
           .ok());
   // (1 + 2) tokens * 3 heads * 5 elements * 2 bytes, K and V.
   EXPECT_EQ(meter.Read().bytes_copied, 2 * 3 * 3 * 5 * 2);
+}
+
+// An i8 append through the example's hook, in this process and in its
+// worker (caches and scales outside any shared segment: staged and copied
+// back), byte for byte what the portable append writes -- the harness's
+// one quantization rule -- on the rows where a near miss would differ: ties
+// (round half to even, not away from zero), an all-zero row and one whose
+// absmax / 127 underflows to 0 (scale 1). Nothing outside the new slots of
+// the caches and the scales changes.
+TEST(PluginTest, TheAppendHookQuantizesByTheOneRuleBitForBit) {
+  // One sequence, 2 kv heads, head_dim 6, capacity 4; 3 new tokens at 1.
+  const std::array<int64_t, 4> cache{1, 2, 4, 6}, news{1, 2, 3, 6};
+  const std::array<int64_t, 4> scale_shape{1, 2, 4, 1};
+  const float kRows[6][6] = {
+      {127, 0.5f, 1.5f, -0.5f, -2.5f, 126.5f},  // scale 1: the ties
+      {0, 0, 0, 0, 0, 0},                       // scale 1, zeros
+      {1e-45f, 0, -1e-45f, 0, 0, 0},  // absmax / 127 underflows: scale 1
+      {3.25f, -7, 0.125f, 100, -100, 1e-3f},
+      {-1, 2, -3, 4, -5, 6},
+      {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f},
+  };
+  Tensor nk = Tensor::Contiguous(DType::kF32, news);
+  Tensor nv = Tensor::Contiguous(DType::kF32, news);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t t = 0; t < 3; ++t)
+      for (int64_t e = 0; e < 6; ++e) {
+        const float x = kRows[h * 3 + t][e];
+        nk.view.As<float>()[nk.view.Offset(0, h, t, e)] = x;
+        nv.view.As<float>()[nv.view.Offset(0, h, t, e)] = -0.5f * x;
+      }
+  struct Cache {
+    Tensor k, v, k_scale, v_scale;
+  };
+  auto fresh = [&] {
+    Cache c{
+        Tensor::Contiguous(DType::kI8, cache),
+        Tensor::Contiguous(DType::kI8, cache),
+        Tensor::Allocate(DType::kF32, scale_shape, KvScaleStrides(scale_shape)),
+        Tensor::Allocate(DType::kF32, scale_shape,
+                         KvScaleStrides(scale_shape))};
+    for (Tensor* t : {&c.k, &c.v, &c.k_scale, &c.v_scale}) {
+      std::memset(t->buffer.data(), 0x5a, t->buffer.size());
+    }
+    return c;
+  };
+  const int64_t positions[] = {1}, new_lens[] = {3};
+  auto args = [&](const Cache& c) {
+    return KvAppendArgs{c.k.view,  c.v.view, nk.view,        nv.view,
+                        positions, new_lens, c.k_scale.view, c.v_scale.view};
+  };
+  auto bytes = [](const Cache& c) {
+    std::vector<uint8_t> all;
+    for (const Tensor* t : {&c.k, &c.v, &c.k_scale, &c.v_scale}) {
+      const auto* p = static_cast<const uint8_t*>(t->buffer.data());
+      all.insert(all.end(), p, p + t->buffer.size());
+    }
+    return all;
+  };
+  Cache want = fresh();
+  AppendKvStrided(args(want));
+  // The rule itself, on the rows that pin it.
+  const auto* k = want.k.view.As<int8_t>();
+  const int8_t kTies[] = {127, 0, 2, 0, -2, 126};
+  for (int64_t e = 0; e < 6; ++e) {
+    EXPECT_EQ(k[want.k.view.Offset(0, 0, 1, e)], kTies[e]) << e;
+    EXPECT_EQ(k[want.k.view.Offset(0, 0, 2, e)], 0) << e;
+    EXPECT_EQ(k[want.k.view.Offset(0, 0, 3, e)], 0) << e;
+  }
+  const auto* ks = want.k_scale.view.As<float>();
+  EXPECT_EQ(ks[want.k_scale.view.Offset(0, 0, 1, 0)], 1.0f);
+  EXPECT_EQ(ks[want.k_scale.view.Offset(0, 0, 2, 0)], 1.0f);
+  EXPECT_EQ(ks[want.k_scale.view.Offset(0, 0, 3, 0)], 1.0f);
+
+  auto b = plugin::LoadPlugin(ATTNKIT_EXAMPLE_PLUGIN);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  Cache local = fresh();
+  accounting::Meter meter;
+  ASSERT_TRUE((*b)->AppendKv(args(local)).ok());
+  // K and V: 3 tokens x 2 heads x (6 int8 + a 4-byte scale).
+  EXPECT_EQ(meter.Read().bytes_copied, 2 * 3 * 2 * (6 + 4));
+  EXPECT_EQ(bytes(local), bytes(want));
+
+  ASSERT_FALSE(shared_memory::Enabled());
+  auto r = backends::RemoteBackend::Start({"", ATTNKIT_EXAMPLE_PLUGIN});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Cache isolated = fresh();
+  ASSERT_TRUE((*r)->AppendKv(args(isolated)).ok());
+  EXPECT_EQ(bytes(isolated), bytes(want));
 }
 
 }  // namespace

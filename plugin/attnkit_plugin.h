@@ -17,14 +17,20 @@
  * the loader reads an appended field only when struct_size covers it: a
  * library built against an older header keeps working, its missing fields
  * taken as NULL. Fields added so far: append_kv (after attention);
- * supports_block and attention_block (after append_kv).
+ * supports_block and attention_block (after append_kv); kv_dtypes (after
+ * attention_block). Argument structs the harness passes by pointer grow the
+ * same way (the scales of a quantized K/V, appended to
+ * attnkit_plugin_attention_args and attnkit_plugin_kv_append_args): a
+ * plug-in reads only the fields its header has, and the harness fills the
+ * new ones only for a plug-in whose table declares it understands them.
  *
  * Semantics are attnkit's (runtime/problem.h): logical shapes are
  * [batch, heads, seq, dim]; layouts are strides, in elements; query i of
  * sequence b sits at position kv_lens[b] - q_lens[b] + i; causal sees keys
  * j <= pos, window W sees pos - W < j <= pos, bias adds bias[b, h|0, i, j]
  * (-inf hides a key); query head h reads kv head h / (q_heads / kv_heads);
- * q, k, v are in `dtype`, bias and out are f32, math is f32; a row that
+ * q is in `dtype`, k and v in `kv_dtype` (`dtype`, or int8 for a
+ * quantized KV cache, below), bias and out are f32, math is f32; a row that
  * sees no key outputs zeros; only out rows i < q_lens[b] may be written.
  *
  * Ownership: every pointer the harness passes (problem, lengths,
@@ -53,6 +59,32 @@
  * the whole cache then equals the naive concatenation bit for bit (nothing
  * but the new tokens' positions changed), and call attention() on the cache
  * prefix (capacity-sized k/v views).
+ *
+ * Quantized KV cache (kv_dtype == ATTNKIT_PLUGIN_I8): K and V are int8, one
+ * row of head_dim values (one token of one kv head) with one f32 scale, the
+ * value being int8 * scale; the scales come as k_scale/v_scale tensors
+ * [batch, kv_heads, >= kv_len, 1] f32 with unit stride along the sequence
+ * (element (b, h, j, 0) scales token j's row of kv head h). The harness's
+ * f64 oracle works on those dequantized values, so the tolerance is that of
+ * the kernel's own arithmetic. Only a plug-in whose table sets
+ * ATTNKIT_PLUGIN_KV_I8 in kv_dtypes is handed such problems (and
+ * appends); for any other table (kv_dtypes 0, or a struct_size that ends
+ * before it: built against an older header, which would read int8 as f32)
+ * they are skipped as UNIMPLEMENTED, never failed. q, bias, out and the new
+ * tokens of an append stay f32 or bf16 (`dtype`).
+ *
+ * The one quantization rule (what append_kv must produce, bit for bit: the
+ * harness compares every byte of the cache and of its scales), per row x[e],
+ * e < head_dim, read as f32 (a bf16 value widened exactly):
+ *   absmax = max_e |x[e]|
+ *   scale  = absmax / 127.0f  (an f32 division), or 1.0f when that is not
+ *            > 0 (an all-zero row, or absmax / 127 underflowing to 0)
+ *   q[e]   = round-half-to-even(x[e] / scale) (an f32 division, not a
+ *            multiplication by 1/scale), clamped to [-127, 127] (-128 is
+ *            never produced)
+ * In C: `nearbyintf(x / scale)` in the default rounding mode (to nearest,
+ * ties to even; what cvtps2dq does), then the clamp. The values appended are
+ * always finite (the harness refuses others before the call).
  *
  * Attention block: a plug-in with attention_block also gets the harness's
  * block cases (about one in ten): the Q/K/V projections of x, the new
@@ -116,6 +148,14 @@ typedef struct attnkit_plugin_problem {
   int32_t reserved;       /* 0 */
   int64_t window;         /* mask == WINDOW only, else 0 */
   float scale;            /* already resolved: 1/sqrt(head_dim) by default */
+  /* Appended in the struct's tail padding, so its size (80 bytes on LP64)
+   * and every offset -- attnkit_plugin_block_problem embeds it -- stay
+   * those of the first v1: the attnkit_plugin_dtype of k and v. Equal to
+   * `dtype`, or ATTNKIT_PLUGIN_I8 (only for a table that declares
+   * ATTNKIT_PLUGIN_KV_I8). To a harness older than the field these bytes
+   * were padding (no i8 problem came from it): a plug-in that may meet one
+   * reads args->k.dtype instead, which says the same and was always set. */
+  int32_t kv_dtype;
 } attnkit_plugin_problem;
 
 /* A rank-4 strided view; extents may exceed the lengths (a cache prefix). */
@@ -133,6 +173,13 @@ typedef struct attnkit_plugin_attention_args {
   attnkit_plugin_tensor v;    /* same as k; strides per layout */
   attnkit_plugin_tensor bias; /* mask == BIAS: [batch, q_heads|1, .., ..] */
   attnkit_plugin_tensor out;  /* f32, shape of q */
+  /* --- appended with kv_dtypes (filled for a table that declares it) */
+  /* kv_dtype == I8: f32 [batch, kv_heads, >= max kv_len, 1], strides[2] ==
+   * 1 (k's extent along the sequence); key j of kv head h of sequence b is
+   * k[b, h, j, :] * k_scale[b, h, j, 0], value j likewise with v_scale.
+   * Otherwise data NULL. */
+  attnkit_plugin_tensor k_scale;
+  attnkit_plugin_tensor v_scale;
 } attnkit_plugin_attention_args;
 
 /* One KV-cache append: sequence b's tokens t < new_lens[b] of new_k/new_v
@@ -141,8 +188,16 @@ typedef struct attnkit_plugin_attention_args {
  * or transposed V: v_cache.strides[2] == 1); a kernel specialised to one
  * layout declines the others in supports(), which sees problem->layout.
  * Before the call the harness has checked that all four tensors have one
- * dtype, that batch, kv_heads and head_dim agree, that new_lens[b] <=
- * new_k.shape[2], and that positions[b] + new_lens[b] <= capacity. */
+ * dtype (but for an i8 cache, below), that batch, kv_heads and head_dim
+ * agree, that new_lens[b] <= new_k.shape[2], and that positions[b] +
+ * new_lens[b] <= capacity.
+ *
+ * An i8 cache (k_cache.dtype == ATTNKIT_PLUGIN_I8; only for a table that
+ * declares ATTNKIT_PLUGIN_KV_I8): new_k and new_v are f32 or bf16 (one
+ * dtype, finite values), and each new row is quantized by the one rule
+ * (top of this file) into its slot of k_cache/v_cache, its scale into
+ * element (b, h, positions[b] + t, 0) of k_scale/v_scale. Nothing else of
+ * the caches or scales is written. */
 typedef struct attnkit_plugin_kv_append_args {
   attnkit_plugin_tensor k_cache; /* [batch, kv_heads, capacity, head_dim] */
   attnkit_plugin_tensor v_cache; /* same shape; strides per layout */
@@ -150,6 +205,11 @@ typedef struct attnkit_plugin_kv_append_args {
   attnkit_plugin_tensor new_v;   /* same shape as new_k; any strides */
   const int64_t* positions;      /* [batch]: the sequence's current length */
   const int64_t* new_lens;       /* [batch]: tokens to append, may be 0 */
+  /* --- appended with kv_dtypes (filled for a table that declares it) */
+  /* An i8 cache's scales: f32 [batch, kv_heads, capacity, 1], strides[2]
+   * == 1. Otherwise data NULL. */
+  attnkit_plugin_tensor k_scale;
+  attnkit_plugin_tensor v_scale;
 } attnkit_plugin_kv_append_args;
 
 /* The attention block (attnkit's runtime/attention_block.h): the
@@ -271,7 +331,24 @@ typedef struct attnkit_plugin_v1_table {
       void* instance, const attnkit_plugin_block_problem* problem,
       const attnkit_plugin_block_args* args, char* error,
       size_t error_capacity);
+
+  /* --- appended after attention_block (read only when struct_size covers
+   * it) */
+
+  /* The K/V storage dtypes, beyond q's, that this plug-in understands: a
+   * bitmask of (1u << attnkit_plugin_dtype); today only ATTNKIT_PLUGIN_KV_I8
+   * (a quantized KV cache: problem->kv_dtype, the k_scale/v_scale tensors
+   * of the attention and append arguments; see the top of this file). 0:
+   * none, and the harness skips those problems. Setting it promises that
+   * attention() reads the scales and that append_kv (when set) quantizes
+   * by the one rule; supports() may still decline any one problem. The
+   * loader refuses a table with a bit it does not know. */
+  uint32_t kv_dtypes;
+  uint32_t reserved; /* 0 */
 } attnkit_plugin_v1_table;
+
+/* kv_dtypes' bit for int8 K/V with per-row f32 scales. */
+#define ATTNKIT_PLUGIN_KV_I8 (1u << ATTNKIT_PLUGIN_I8)
 
 /* The smallest struct_size the loader accepts: the table through
  * `attention`, as v1 was first published (with no append_kv). */
@@ -279,6 +356,10 @@ typedef struct attnkit_plugin_v1_table {
 /* The table as it was with append_kv and before the block entries. */
 #define ATTNKIT_PLUGIN_V1_APPEND_KV_SIZE \
   offsetof(attnkit_plugin_v1_table, supports_block)
+/* The table as it was with the block entries and before kv_dtypes (a
+ * plug-in built against that header never gets a quantized K/V). */
+#define ATTNKIT_PLUGIN_V1_BLOCK_SIZE \
+  offsetof(attnkit_plugin_v1_table, kv_dtypes)
 
 /* The one symbol a plug-in exports. */
 typedef const attnkit_plugin_v1_table* (*attnkit_plugin_v1_fn)(void);

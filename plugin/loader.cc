@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string_view>
@@ -116,8 +117,17 @@ attnkit_plugin_problem ToC(const AttentionProblem& p) {
   c.layout = static_cast<int32_t>(p.layout);
   c.window = p.window;
   c.scale = p.EffectiveScale();
+  c.kv_dtype = static_cast<int32_t>(p.KvDType());
   return c;
 }
+
+// kv_dtype sits in what was the first v1 problem's tail padding: the
+// struct, and so attnkit_plugin_block_problem's layout, must not change.
+static_assert(sizeof(void*) != 8 ||
+                  (sizeof(attnkit_plugin_problem) == 80 &&
+                   offsetof(attnkit_plugin_problem, kv_dtype) == 76 &&
+                   offsetof(attnkit_plugin_block_problem, hidden) == 80),
+              "attnkit_plugin_problem's v1 layout changed");
 
 Status FromC(attnkit_plugin_status s, std::string_view what,
              const std::string& name, const char* error) {
@@ -150,6 +160,7 @@ attnkit_plugin_block_args ToC(const AttentionBlockArgs& a) {
 }
 
 using AppendKvFn = decltype(attnkit_plugin_v1_table::append_kv);
+using KvDTypes = decltype(attnkit_plugin_v1_table::kv_dtypes);
 using SupportsBlockFn = decltype(attnkit_plugin_v1_table::supports_block);
 using AttentionBlockFn = decltype(attnkit_plugin_v1_table::attention_block);
 
@@ -167,6 +178,10 @@ constexpr size_t kSupportsBlockEnd =
 constexpr size_t kAttentionBlockEnd =
     offsetof(attnkit_plugin_v1_table, attention_block) +
     sizeof(attnkit_plugin_v1_table::attention_block);
+constexpr size_t kKvDTypesEnd = offsetof(attnkit_plugin_v1_table, kv_dtypes) +
+                                sizeof(attnkit_plugin_v1_table::kv_dtypes);
+// The kv_dtypes bits this loader knows.
+constexpr KvDTypes kKnownKvDTypes = ATTNKIT_PLUGIN_KV_I8;
 
 // The table's appended entries, or null when struct_size ends before them.
 AppendKvFn AppendKvOf(const attnkit_plugin_v1_table* t) {
@@ -178,6 +193,16 @@ SupportsBlockFn SupportsBlockOf(const attnkit_plugin_v1_table* t) {
 AttentionBlockFn AttentionBlockOf(const attnkit_plugin_v1_table* t) {
   return Covers(t, kAttentionBlockEnd) ? t->attention_block : nullptr;
 }
+// 0 for a table built before kv_dtypes: it would read int8 K/V as f32.
+KvDTypes KvDTypesOf(const attnkit_plugin_v1_table* t) {
+  return Covers(t, kKvDTypesEnd) ? t->kv_dtypes : 0;
+}
+
+std::string Hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%x", v);
+  return buf;
+}
 
 class PluginBackend final : public Backend {
  public:
@@ -188,6 +213,7 @@ class PluginBackend final : public Backend {
         append_kv_(AppendKvOf(table)),
         supports_block_(SupportsBlockOf(table)),
         attention_block_(AttentionBlockOf(table)),
+        takes_i8_((KvDTypesOf(table) & ATTNKIT_PLUGIN_KV_I8) != 0),
         instance_(instance),
         name_(table->name) {}
   ~PluginBackend() override { table_->destroy(instance_); }
@@ -195,7 +221,7 @@ class PluginBackend final : public Backend {
   std::string_view name() const override { return name_; }
 
   Status Supports(const AttentionProblem& p) const override {
-    if (p.quantized_kv()) return QuantizedKv();
+    if (p.quantized_kv() && !takes_i8_) return QuantizedKv();
     if (table_->supports == nullptr) return Status::Ok();
     char error[kErrorCapacity] = {};
     const attnkit_plugin_problem cp = ToC(p);
@@ -206,11 +232,12 @@ class PluginBackend final : public Backend {
   Status Attention(const AttentionProblem& p,
                    const AttentionArgs& args) override {
     ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
-    if (p.quantized_kv()) return QuantizedKv();
+    if (p.quantized_kv() && !takes_i8_) return QuantizedKv();
     char error[kErrorCapacity] = {};
     const attnkit_plugin_problem cp = ToC(p);
     const attnkit_plugin_attention_args ca{
-        ToC(args.q), ToC(args.k), ToC(args.v), ToC(args.bias), ToC(args.out)};
+        ToC(args.q),   ToC(args.k),       ToC(args.v),      ToC(args.bias),
+        ToC(args.out), ToC(args.k_scale), ToC(args.v_scale)};
     return FromC(table_->attention(instance_, &cp, &ca, error, kErrorGiven),
                  "attention", name_, error);
   }
@@ -239,18 +266,21 @@ class PluginBackend final : public Backend {
                  "attention_block", name_, error);
   }
 
-  // The plug-in's append_kv when it has one, else the portable append. The
-  // hook sees only validated arguments (its contract lets it trust them);
-  // the bytes the contract lets it write are what it is charged as copied.
+  // The plug-in's append_kv when it has one, else the portable append (an
+  // i8 cache too when the table did not declare i8: its hook would copy
+  // f32 tokens into int8 slots). The hook sees only validated arguments
+  // (its contract lets it trust them); the bytes the contract lets it write
+  // are what it is charged as copied.
   Status AppendKv(const KvAppendArgs& a) override {
-    if (append_kv_ == nullptr || a.k_cache.dtype == DType::kI8) {
+    const bool quantized = a.k_cache.dtype == DType::kI8;
+    if (append_kv_ == nullptr || (quantized && !takes_i8_)) {
       return Backend::AppendKv(a);
     }
     ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
     char error[kErrorCapacity] = {};
     const attnkit_plugin_kv_append_args ca{
-        ToC(a.k_cache), ToC(a.v_cache),     ToC(a.new_k),
-        ToC(a.new_v),   a.positions.data(), a.new_lens.data()};
+        ToC(a.k_cache),     ToC(a.v_cache),    ToC(a.new_k),   ToC(a.new_v),
+        a.positions.data(), a.new_lens.data(), ToC(a.k_scale), ToC(a.v_scale)};
     ATTNKIT_RETURN_IF_ERROR(
         FromC(append_kv_(instance_, &ca, error, kErrorGiven), "append_kv",
               name_, error));
@@ -259,9 +289,16 @@ class PluginBackend final : public Backend {
   }
 
  private:
+  // Why an i8 problem is skipped: the table never said it reads scales.
   Status QuantizedKv() const {
-    return Status::Unimplemented("plugin " + name_ +
-                                 ": kv_dtype=i8 (quantized KV cache)");
+    return Status::Unimplemented(
+        "plugin " + name_ + ": kv_dtype=i8 (quantized KV cache): " +
+        (Covers(table_, kKvDTypesEnd)
+             ? "its table's kv_dtypes=" + Hex(table_->kv_dtypes) +
+                   " does not declare ATTNKIT_PLUGIN_KV_I8"
+             : "struct_size=" + std::to_string(table_->struct_size) +
+                   " ends before kv_dtypes: built against an older "
+                   "attnkit_plugin.h"));
   }
   Status NoBlock() const {
     return Status::Unimplemented(
@@ -279,6 +316,7 @@ class PluginBackend final : public Backend {
   AppendKvFn append_kv_;
   SupportsBlockFn supports_block_;
   AttentionBlockFn attention_block_;
+  bool takes_i8_;  // kv_dtypes declares ATTNKIT_PLUGIN_KV_I8
   void* instance_;
   std::string name_;
 };
@@ -343,6 +381,12 @@ StatusOr<std::unique_ptr<Backend>> LoadPlugin(const std::string& path) {
         (Covers(t, kAttentionBlockEnd)
              ? std::string("NULL")
              : "past struct_size=" + std::to_string(t->struct_size)));
+  }
+  if (const KvDTypes unknown = KvDTypesOf(t) & ~kKnownKvDTypes; unknown != 0) {
+    return Status::InvalidArgument(
+        at + ": kv_dtypes=" + Hex(t->kv_dtypes) + " has bits " + Hex(unknown) +
+        " this attnkit does not know (it knows ATTNKIT_PLUGIN_KV_I8=" +
+        Hex(kKnownKvDTypes) + ")");
   }
   const std::string_view name = t->name == nullptr ? "" : t->name;
   bool name_ok = !name.empty() && name.size() <= 64;

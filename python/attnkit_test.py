@@ -154,6 +154,7 @@ def test_a_correct_callable_passes_the_campaign():
     r = attnkit.check(numpy_attention, tier="smoke", cases=60)
     assert r.passed, str(r)
     assert r.exit_code == 0 and r.cases == 60 and not r.failures
+    assert r.skipped == 0  # i8 K/V included: dequantized for fn
     assert "numpy_attention" in r.summary and "check: PASS" in r.summary
 
 
@@ -162,14 +163,23 @@ def test_the_reference_on_arrays_passes_the_default_tier():
     layout, padded and token-major q, shared bias, decode loops and long
     contexts of the default tier reach it as strided views."""
 
+    kv_dtypes = set()
+
     def reference(p, q, k, v, bias):
+        kv_dtypes.add(p.kv_dtype)
+        dtype = p.dtype
+        if p.kv_dtype == "i8" and dtype == "bf16":
+            # K/V arrive dequantized as float32; q's bf16 bits widen exactly
+            # (the reference's math is f32 either way).
+            q, dtype = (q.astype(np.uint32) << 16).view(np.float32), "f32"
         return attnkit.reference.attention(
             q, k, v, q_lens=p.q_lens, kv_lens=p.kv_lens, mask=p.mask,
-            window=p.window, bias=bias, scale=p.scale, dtype=p.dtype)
+            window=p.window, bias=bias, scale=p.scale, dtype=dtype)
 
     r = attnkit.check(reference, bf16="bits")
     assert r.passed, str(r)
     assert r.cases == 1500 and r.skipped == 0
+    assert "i8" in kv_dtypes
 
 
 def test_a_planted_bug_is_shrunk_and_replays():
@@ -258,9 +268,10 @@ def test_bf16_modes():
 
     def bits(p, q, k, v, bias):
         dtypes.add((p.dtype, q.dtype.name))
-        if q.dtype == np.uint16:
-            q, k, v = ((x.astype(np.uint32) << 16).view(np.float32)
-                       for x in (q, k, v))
+        # k and v of a quantized cache come dequantized (float32) in any
+        # bf16 mode.
+        q, k, v = ((x.astype(np.uint32) << 16).view(np.float32)
+                   if x.dtype == np.uint16 else x for x in (q, k, v))
         return numpy_attention(p, q, k, v, bias)
 
     r = attnkit.check(bits, tier="smoke", cases=40, bf16="bits")
@@ -273,6 +284,84 @@ def test_bf16_modes():
     assert r.passed and r.skipped > 0
     with pytest.raises(ValueError, match="bf16=f16 is not"):
         attnkit.check(bits, bf16="f16")
+
+
+# An i8 case of the smoke tier's kind, and the same case stored as f32: the
+# generator draws the same values for both, the i8 one quantized row by row.
+I8_CASE = "seed=5,index=1,b=2,hq=4,hkv=2,d=5,q=3:1,kv=6:4,mask=causal,kv_dtype=i8"
+I8_DECODE_CASE = ("seed=5,index=3,pad=2,steps=3,b=3,hq=6,hkv=3,d=8,q=1:0:2,"
+                  "kv=5:3:9,mask=window:3,kv_dtype=i8,layout=bshd")
+
+
+def quantize_rows(x):
+    """attnkit's one rule in NumPy (float32 throughout): scale = absmax /
+    127 (1 for a zero row), q = round half to even (np.rint) of x / scale,
+    clipped to [-127, 127]; the dequantized value is q * scale."""
+    absmax = np.abs(x).max(axis=-1, keepdims=True)
+    scale = absmax / np.float32(127)
+    scale = np.where(scale > 0, scale, np.float32(1)).astype(np.float32)
+    q = np.clip(np.rint(x / scale), -127, 127).astype(np.float32)
+    return q * scale
+
+
+def test_an_i8_case_reaches_fn_with_dequantized_values():
+    seen = {}
+
+    def capture(p, q, k, v, bias):
+        seen[p.kv_dtype] = (p, k.copy(), v.copy())
+        return numpy_attention(p, q, k, v, bias)
+
+    f32_case = I8_CASE.replace(",kv_dtype=i8", "")
+    assert attnkit.check(capture, repro=f32_case).passed
+    r = attnkit.check(capture, repro=I8_CASE)
+    assert r.passed and r.skipped == 0, str(r)
+    p, k, v = seen["i8"]
+    assert p.kv_dtype == "i8" and p.dtype == "f32" and p.quantized_kv
+    assert str(p).endswith("kv_dtype=i8,layout=bhsd")
+    assert k.dtype == np.float32 and v.dtype == np.float32
+    _, k32, v32 = seen["f32"]
+    for b, n in enumerate(p.kv_lens):
+        np.testing.assert_array_equal(k[b, :, :n], quantize_rows(k32[b, :, :n]))
+        np.testing.assert_array_equal(v[b, :, :n], quantize_rows(v32[b, :, :n]))
+        # Quantized for real: not the f32 values themselves.
+        assert not np.array_equal(k[b, :, :n], k32[b, :, :n])
+
+
+def test_an_i8_decode_loop_reads_the_dequantized_cache_prefix():
+    calls = []
+
+    def capture(p, q, k, v, bias):
+        calls.append((p.kv_dtype, k.dtype, list(p.kv_lens), k.shape[2]))
+        for b, n in enumerate(p.kv_lens):
+            rows = k[b, :, :n]
+            np.testing.assert_array_equal(rows, quantize_rows(rows))
+        return numpy_attention(p, q, k, v, bias)
+
+    r = attnkit.check(capture, repro=I8_DECODE_CASE)
+    assert r.passed and r.skipped == 0, str(r)
+    # The prompt, then 3 steps, each on the cache's growing prefix.
+    assert len(calls) == 4
+    assert all(c[0] == "i8" and c[1] == np.float32 for c in calls)
+    assert [c[2] for c in calls] == sorted(c[2] for c in calls)
+    assert calls[0][2] != calls[-1][2]
+
+
+def test_kv_i8_modes():
+    r = attnkit.check(numpy_attention, repro=I8_CASE, kv_i8="skip")
+    assert r.exit_code == 4 and r.skipped == 1 and "NOTHING CHECKED" in r.summary
+    # The campaign runs everything else.
+    r = attnkit.check(numpy_attention, tier="smoke", cases=60, kv_i8="skip")
+    assert r.passed and r.skipped > 0, str(r)
+
+    def ignores_k_scale(p, q, k, v, bias):
+        if p.kv_dtype == "i8":  # a kernel that reads the int8 as the value
+            k = k / np.abs(k).max(axis=-1, keepdims=True).clip(1e-30) * 127
+        return numpy_attention(p, q, k, v, bias)
+
+    r = attnkit.check(ignores_k_scale, tier="smoke", cases=60)
+    assert not r.passed and r.failures[0].problem.kv_dtype == "i8"
+    with pytest.raises(ValueError, match="kv_i8=int8 is not dequantize\\|skip"):
+        attnkit.check(numpy_attention, kv_i8="int8")
 
 
 def test_keyboard_interrupt_stops_the_campaign():

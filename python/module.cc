@@ -56,14 +56,12 @@ E ParseOr(std::optional<E> e, const char* field, const std::string& value,
   return *e;
 }
 
-AttentionProblem MakeProblem(int64_t batch, int64_t q_heads, int64_t kv_heads,
-                             int64_t head_dim,
-                             std::optional<std::vector<int64_t>> q_lens,
-                             std::optional<std::vector<int64_t>> kv_lens,
-                             const std::string& mask, int64_t window,
-                             std::optional<float> scale,
-                             const std::string& dtype,
-                             const std::string& layout) {
+AttentionProblem MakeProblem(
+    int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+    std::optional<std::vector<int64_t>> q_lens,
+    std::optional<std::vector<int64_t>> kv_lens, const std::string& mask,
+    int64_t window, std::optional<float> scale, const std::string& dtype,
+    const std::string& layout, std::optional<std::string> kv_dtype) {
   AttentionProblem p;
   p.batch = batch;
   p.q_heads = q_heads;
@@ -78,6 +76,10 @@ AttentionProblem MakeProblem(int64_t batch, int64_t q_heads, int64_t kv_heads,
   p.scale = scale;
   p.dtype = ParseOr(ParseDType(dtype), "dtype", dtype, "f32|bf16");
   p.layout = ParseOr(ParseKvLayout(layout), "layout", layout, "bhsd|bshd|tv");
+  if (kv_dtype) {
+    p.kv_dtype =
+        ParseOr(ParseDType(*kv_dtype), "kv_dtype", *kv_dtype, "f32|bf16|i8");
+  }
   if (Status s = p.Validate(); !s.ok()) Raise(s);
   return p;
 }
@@ -165,6 +167,28 @@ py::array ArrayOf(const TensorView& t, DType as) {
   return py::array(NumpyDTypeOf(as), shape, strides, t.data, py::none());
 }
 
+// An i8 K or V view dequantized into a new float32 [b, h, s, d] array:
+// element e of row (b, h, j) is int8 * scales[b, h, j] rounded once to f32,
+// as the reference backend dequantizes (the f64 oracle takes the exact
+// product: they differ by at most 2^-24 relative, far inside every bound).
+py::array Dequantized(const TensorView& t, const TensorView& scales) {
+  py::array_t<float> a({t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
+  auto w = a.mutable_unchecked<4>();
+  const auto* q = t.As<int8_t>();
+  for (int64_t i0 = 0; i0 < t.shape[0]; ++i0) {
+    for (int64_t i1 = 0; i1 < t.shape[1]; ++i1) {
+      for (int64_t i2 = 0; i2 < t.shape[2]; ++i2) {
+        const float s = scales.As<float>()[scales.Offset(i0, i1, i2, 0)];
+        for (int64_t i3 = 0; i3 < t.shape[3]; ++i3) {
+          w(i0, i1, i2, i3) =
+              static_cast<float>(q[t.Offset(i0, i1, i2, i3)]) * s;
+        }
+      }
+    }
+  }
+  return a;
+}
+
 // A bf16 view widened exactly to a new float32 [b, h, s, d] array.
 py::array Widened(const TensorView& t) {
   py::array_t<float> a({t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
@@ -220,7 +244,7 @@ ArrayCall MakeArrayCall(py::handle q, py::handle k, py::handle v,
                                                        c.args.q.shape[2])),
                   kv_lens.value_or(std::vector<int64_t>(static_cast<size_t>(b),
                                                         c.args.k.shape[2])),
-                  m, window, scale, dtype, tv ? "tv" : "bhsd");
+                  m, window, scale, dtype, tv ? "tv" : "bhsd", std::nullopt);
   return c;
 }
 
@@ -293,24 +317,28 @@ py::array_t<double> OracleAttention(py::handle q, py::handle k, py::handle v,
 
 // How bf16 problems reach the callable: NumPy has no bfloat16.
 enum class Bf16Mode : uint8_t { kFloat32, kBits, kSkip };
+// How i8 K/V (a quantized KV cache) reach it: dequantized float32 arrays
+// (what the oracle computes on), or not at all.
+enum class KvI8Mode : uint8_t { kDequantize, kSkip };
 
 class PythonBackend final : public Backend {
  public:
   PythonBackend(py::object fn, py::object supports, std::string name,
-                Bf16Mode bf16, std::atomic<int>* stop)
+                Bf16Mode bf16, KvI8Mode kv_i8, std::atomic<int>* stop)
       : fn_(std::move(fn)),
         supports_(std::move(supports)),
         name_(std::move(name)),
         bf16_(bf16),
+        kv_i8_(kv_i8),
         stop_(stop) {}
 
   std::string_view name() const override { return name_; }
   bool interrupted_by_keyboard() const { return keyboard_interrupt_; }
 
   Status Supports(const AttentionProblem& p) const override {
-    if (p.quantized_kv()) {
+    if (p.quantized_kv() && kv_i8_ == KvI8Mode::kSkip) {
       return Status::Unimplemented(
-          "kv_dtype=i8: the Python front end passes f32/bf16 tensors");
+          "kv_dtype=i8 problems (check(kv_i8='skip'))");
     }
     if (p.dtype == DType::kBF16 && bf16_ == Bf16Mode::kSkip) {
       return Status::Unimplemented("bf16 problems (check(bf16='skip'))");
@@ -342,7 +370,7 @@ class PythonBackend final : public Backend {
 
   Status Attention(const AttentionProblem& p,
                    const AttentionArgs& args) override {
-    if (p.quantized_kv()) return Supports(p);
+    if (p.quantized_kv() && kv_i8_ == KvI8Mode::kSkip) return Supports(p);
     if (!pending_.empty()) {
       return Status::Internal(std::exchange(pending_, std::string()));
     }
@@ -356,8 +384,13 @@ class PythonBackend final : public Backend {
     try {
       py::object bias = py::none();
       if (p.mask == MaskKind::kBias) bias = ArrayOf(args.bias, DType::kF32);
-      py::object result = fn_(p, Input(args.q, p.dtype), Input(args.k, p.dtype),
-                              Input(args.v, p.dtype), bias);
+      // A quantized cache's K/V -- a decode loop's cache prefix included --
+      // dequantized per call (a Python backend is not metered).
+      py::object k = p.quantized_kv() ? Dequantized(args.k, args.k_scale)
+                                      : Input(args.k, p.dtype);
+      py::object v = p.quantized_kv() ? Dequantized(args.v, args.v_scale)
+                                      : Input(args.v, p.dtype);
+      py::object result = fn_(p, Input(args.q, p.dtype), k, v, bias);
       return CopyResult(p, result, args.out);
     } catch (py::error_already_set& e) {
       Interrupted(e);
@@ -427,6 +460,7 @@ class PythonBackend final : public Backend {
   py::object fn_, supports_;
   std::string name_;
   Bf16Mode bf16_;
+  KvI8Mode kv_i8_;
   std::atomic<int>* stop_;
   mutable std::string pending_;
   mutable bool keyboard_interrupt_ = false;
@@ -516,7 +550,8 @@ Report MakeReport(const harness::CampaignResult& res, const std::string& tier,
 Report Check(py::object fn, const std::string& tier_name, uint64_t seed,
              std::optional<int64_t> cases, double time_budget,
              std::optional<std::string> name, const std::string& bf16,
-             py::object supports, std::optional<std::string> repro,
+             const std::string& kv_i8, py::object supports,
+             std::optional<std::string> repro,
              std::pair<int64_t, int64_t> shard, bool progress) {
   if (!PyCallable_Check(fn.ptr())) {
     throw py::type_error("check: fn is " + std::string(py::repr(fn)) +
@@ -533,6 +568,11 @@ Report Check(py::object fn, const std::string& tier_name, uint64_t seed,
       : bf16 == "skip"
           ? Bf16Mode::kSkip
           : throw py::value_error("bf16=" + bf16 + " is not float32|bits|skip");
+  const KvI8Mode kv_mode =
+      kv_i8 == "dequantize" ? KvI8Mode::kDequantize
+      : kv_i8 == "skip"
+          ? KvI8Mode::kSkip
+          : throw py::value_error("kv_i8=" + kv_i8 + " is not dequantize|skip");
   if (cases && *cases < 0) {
     throw py::value_error("cases=" + std::to_string(*cases) + " is negative");
   }
@@ -556,10 +596,13 @@ Report Check(py::object fn, const std::string& tier_name, uint64_t seed,
   const std::string fn_text = py::hasattr(fn, "__name__") ? label : "fn";
   std::string repro_args;
   if (mode != Bf16Mode::kFloat32) repro_args += ", bf16=" + PythonLiteral(bf16);
+  if (kv_mode != KvI8Mode::kDequantize) {
+    repro_args += ", kv_i8=" + PythonLiteral(kv_i8);
+  }
   if (!supports.is_none()) repro_args += ", supports=...";
 
   std::atomic<int> stop{0};
-  PythonBackend backend(fn, supports, label, mode, &stop);
+  PythonBackend backend(fn, supports, label, mode, kv_mode, &stop);
   Backend* backends[] = {&backend};
   harness::CampaignResult res;
   if (repro) {
@@ -635,14 +678,16 @@ end of its context. mask: none | causal | window (the last `window` keys up to
 and including the query's position) | bias (an additive f32 [batch, q_heads
 or 1, q_len, kv_len] tensor, -inf hides a key). A row that sees no key is
 zeros. scale defaults to 1/sqrt(head_dim). dtype: storage of q, k, v (f32 or
-bf16; math is f32). layout: how K/V lie in memory (bhsd, bshd, tv: V
+bf16; math is f32). kv_dtype: the storage of k and v when it differs: i8 (a
+quantized KV cache, one f32 scale per token and kv head; the property reads
+dtype when unset). layout: how K/V lie in memory (bhsd, bshd, tv: V
 transposed). A bad field raises ValueError naming it.)")
       .def(py::init(&MakeProblem), py::arg("batch") = 1, py::arg("q_heads") = 1,
            py::arg("kv_heads") = 1, py::arg("head_dim") = 64,
            py::arg("q_lens") = py::none(), py::arg("kv_lens") = py::none(),
            py::arg("mask") = "none", py::arg("window") = 0,
            py::arg("scale") = py::none(), py::arg("dtype") = "f32",
-           py::arg("layout") = "bhsd")
+           py::arg("layout") = "bhsd", py::arg("kv_dtype") = py::none())
       .def_static(
           "parse",
           [](const std::string& text) {
@@ -666,6 +711,14 @@ transposed). A bad field raises ValueError naming it.)")
                              [](const AttentionProblem& p) {
                                return std::string(DTypeName(p.dtype));
                              })
+      .def_property_readonly(
+          "kv_dtype",
+          [](const AttentionProblem& p) {
+            return std::string(DTypeName(p.KvDType()));
+          },
+          "The storage of k and v: dtype's, or 'i8' (a quantized KV cache; "
+          "check() hands fn the dequantized values as float32).")
+      .def_property_readonly("quantized_kv", &AttentionProblem::quantized_kv)
       .def_property_readonly("layout",
                              [](const AttentionProblem& p) {
                                return std::string(KvLayoutName(p.layout));
@@ -788,7 +841,11 @@ kv_heads, >=kv_len, head_dim] are NumPy views of the harness's buffers in the
 case's layout and strides (valid during the call only; writing them is an
 input_write failure); bias is None or float32 [batch, q_heads or 1, q, kv].
 bf16 problems: bf16='float32' passes float32 arrays holding the bf16 values
-exactly, 'bits' uint16 views of the stored bits, 'skip' skips them. out: any
+exactly, 'bits' uint16 views of the stored bits, 'skip' skips them.
+Quantized KV problems (problem.kv_dtype == 'i8': int8 K/V with one f32
+scale per token and kv head): kv_i8='dequantize' passes k and v as new
+float32 arrays of int8 * scale (what the oracle computes on), 'skip' skips
+them. out: any
 array-like numpy.asarray takes (a CPU torch tensor too) of shape [batch,
 q_heads, >=max_q_len, head_dim]; rows i < q_lens[b] are compared with the
 f64 oracle under the CLI's tolerance model. supports(problem) -> True/None
@@ -797,8 +854,8 @@ check(fn, repro=failure.case) replays one case.)",
         py::arg("fn"), py::kw_only(), py::arg("tier") = "default",
         py::arg("seed") = 1, py::arg("cases") = py::none(),
         py::arg("time_budget") = 0.0, py::arg("name") = py::none(),
-        py::arg("bf16") = "float32", py::arg("supports") = py::none(),
-        py::arg("repro") = py::none(),
+        py::arg("bf16") = "float32", py::arg("kv_i8") = "dequantize",
+        py::arg("supports") = py::none(), py::arg("repro") = py::none(),
         py::arg("shard") = std::pair<int64_t, int64_t>{0, 1},
         py::arg("progress") = false);
 }

@@ -1,9 +1,10 @@
 /* An example attnkit plug-in in plain C: single-pass (online-softmax)
- * attention over strided views, every mask, layout and dtype, its own
- * in-place KV append (the append_kv hook) and the attention block (plain
- * loops: the Q/K/V projections, K/V into the cache slots, the attention over
- * the cache, the output projection). It is what a user copies to test their
- * own kernel:
+ * attention over strided views, every mask, layout and dtype, a quantized
+ * (int8) KV cache dequantized on the fly, its own in-place KV append (the
+ * append_kv hook, quantizing into an int8 cache) and the attention block
+ * (plain loops: the Q/K/V projections, K/V into the cache slots, the
+ * attention over the cache, the output projection). It is what a user
+ * copies to test their own kernel:
  *
  *   cc -O2 -shared -fPIC -I<attnkit> example_attention.c -o libexample.so -lm
  *   ./attnkit check --plugin ./libexample.so --backends example
@@ -16,7 +17,9 @@
  * names (the loader must not read past it; EXAMPLE_PLUGIN_TABLE_SIZE claims
  * a size outright), EXAMPLE_PLUGIN_APPEND_BUG plants a bug in the append,
  * EXAMPLE_PLUGIN_BLOCK_BUG one in the block, EXAMPLE_PLUGIN_BLOCK_ENTRIES
- * leaves the block's entries NULL,
+ * leaves the block's entries NULL, EXAMPLE_PLUGIN_KV_DTYPES overrides the
+ * K/V dtypes the table declares (0: no int8 K/V, the harness must skip
+ * those problems; an unknown bit: the loader must refuse the table),
  * EXAMPLE_PLUGIN_UNTERMINATED_MESSAGE declines with a message that fills its
  * buffer without a NUL and starts with a terminal escape sequence, and
  * EXAMPLE_PLUGIN_MISBEHAVE builds the kernel that misbehaves as the
@@ -83,6 +86,10 @@
 #ifndef EXAMPLE_PLUGIN_BLOCK_ENTRIES
 #define EXAMPLE_PLUGIN_BLOCK_ENTRIES 2
 #endif
+/* The table's kv_dtypes: this kernel reads and appends int8 K/V. */
+#ifndef EXAMPLE_PLUGIN_KV_DTYPES
+#define EXAMPLE_PLUGIN_KV_DTYPES ATTNKIT_PLUGIN_KV_I8
+#endif
 
 /* Per-instance scratch: one query row and one accumulator row, and the
  * block's Q rows, attention rows and one token's K/V rows, grown on demand
@@ -118,6 +125,10 @@ static float load(const attnkit_plugin_tensor* t, int64_t i0, int64_t i1,
     float f;
     memcpy(&f, &bits, sizeof f);
     return f;
+  }
+  if (t->dtype == ATTNKIT_PLUGIN_I8) {
+    /* The stored integer: the caller applies the row's scale. */
+    return (float)((const int8_t*)t->data)[off];
   }
   return ((const float*)t->data)[off];
 }
@@ -256,9 +267,41 @@ static attnkit_plugin_status attend(example_state* s,
     }
     s->capacity = d;
   }
+  /* An int8 cache: key j is k[j, :] * k_scale[j], value j v[j, :] *
+   * v_scale[j]. The scales are applied once per key -- to the dot product
+   * and to the softmax weight -- never per element. Read from k's dtype, which
+   * every harness has always set (problem->kv_dtype is new, see the header). */
+  const int quantized = a->k.dtype == ATTNKIT_PLUGIN_I8;
+  if (quantized && (!EXAMPLE_TABLE_HAS(kv_dtypes) ||
+                    (EXAMPLE_PLUGIN_KV_DTYPES & ATTNKIT_PLUGIN_KV_I8) == 0)) {
+    /* The test variants that do not declare int8 K/V: the loader must never
+     * hand them one, so reaching here is its bug. */
+    snprintf(error, error_capacity,
+             "int8 K/V handed to a table that does not declare them "
+             "(struct_size=%u, kv_dtypes=0x%x)",
+             (unsigned)(EXAMPLE_PLUGIN_TABLE_SIZE),
+             (unsigned)(EXAMPLE_PLUGIN_KV_DTYPES));
+    return ATTNKIT_PLUGIN_INTERNAL;
+  }
+  if (quantized && (a->v.dtype != ATTNKIT_PLUGIN_I8 ||
+                    a->k_scale.dtype != ATTNKIT_PLUGIN_F32 ||
+                    a->v_scale.dtype != ATTNKIT_PLUGIN_F32)) {
+    snprintf(error, error_capacity,
+             "k.dtype=i8 with v.dtype=%d, k_scale.dtype=%d, v_scale.dtype=%d "
+             "(expected i8, f32, f32)",
+             (int)a->v.dtype, (int)a->k_scale.dtype, (int)a->v_scale.dtype);
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
   const int64_t group = p->q_heads / p->kv_heads;
   for (int64_t b = 0; b < p->batch; ++b) {
     const int64_t ql = p->q_lens[b], kl = p->kv_lens[b];
+    if (quantized && kl > 0 &&
+        (a->k_scale.data == NULL || a->v_scale.data == NULL)) {
+      snprintf(error, error_capacity,
+               "kv_lens[%lld]=%lld but k_scale.data or v_scale.data is NULL",
+               (long long)b, (long long)kl);
+      return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+    }
     for (int64_t h = 0; h < p->q_heads; ++h) {
       const int64_t kh = h / group;
       for (int64_t i = 0; i < ql; ++i) {
@@ -280,6 +323,7 @@ static attnkit_plugin_status attend(example_state* s,
           float dot = 0.0f;
           for (int64_t e = 0; e < d; ++e)
             dot += s->q[e] * load(&a->k, b, kh, j, e);
+          if (quantized) dot *= load(&a->k_scale, b, kh, j, 0);
           float x = p->scale * dot;
           if (p->mask == ATTNKIT_PLUGIN_MASK_BIAS) {
             x += load(&a->bias, b, a->bias.shape[1] == 1 ? 0 : h, i, j);
@@ -293,8 +337,9 @@ static attnkit_plugin_status attend(example_state* s,
           }
           const float w = expf(x - m);
           l += w;
+          const float wv = quantized ? w * load(&a->v_scale, b, kh, j, 0) : w;
           for (int64_t e = 0; e < d; ++e)
-            s->acc[e] += w * load(&a->v, b, kh, j, e);
+            s->acc[e] += wv * load(&a->v, b, kh, j, e);
         }
         float* out = (float*)a->out.data;
         for (int64_t e = 0; e < d; ++e) {
@@ -317,7 +362,40 @@ static attnkit_plugin_status example_attention(
 }
 
 static size_t dtype_size(int32_t dtype) {
-  return dtype == ATTNKIT_PLUGIN_BF16 ? sizeof(uint16_t) : sizeof(float);
+  return dtype == ATTNKIT_PLUGIN_BF16 ? sizeof(uint16_t)
+         : dtype == ATTNKIT_PLUGIN_I8 ? sizeof(int8_t)
+                                      : sizeof(float);
+}
+
+/* Quantizes token `from` of sequence b, kv head h, of src (f32 or bf16)
+ * into position `to` of the int8 cache dst and its scale into scales, by
+ * attnkit's one rule (attnkit_plugin.h): scale = absmax / 127 (1 when that
+ * is not positive), q = round-half-even(x / scale) clamped to [-127, 127].
+ * A division per element, not a multiplication by 1 / scale: the reciprocal
+ * rounds differently on some values, and the harness compares every byte. */
+static void quantize_token(const attnkit_plugin_tensor* dst,
+                           const attnkit_plugin_tensor* scales,
+                           const attnkit_plugin_tensor* src, int64_t b,
+                           int64_t h, int64_t from, int64_t to) {
+  const int64_t dim = dst->shape[3];
+  float absmax = 0.0f;
+  for (int64_t e = 0; e < dim; ++e) {
+    const float x = fabsf(load(src, b, h, from, e));
+    if (x > absmax) absmax = x;
+  }
+  float scale = absmax / 127.0f;
+  if (!(scale > 0.0f)) scale = 1.0f;
+  int8_t* out = (int8_t*)dst->data;
+  for (int64_t e = 0; e < dim; ++e) {
+    /* nearbyintf: to nearest, ties to even (the default rounding mode). */
+    float r = nearbyintf(load(src, b, h, from, e) / scale);
+    if (r > 127.0f) r = 127.0f;
+    if (r < -127.0f) r = -127.0f;
+    out[b * dst->strides[0] + h * dst->strides[1] + to * dst->strides[2] +
+        e * dst->strides[3]] = (int8_t)r;
+  }
+  ((float*)scales->data)[b * scales->strides[0] + h * scales->strides[1] +
+                         to * scales->strides[2]] = scale;
 }
 
 /* Copies token `from` of sequence b, kv head h, of src to position `to` of
@@ -346,6 +424,20 @@ static void copy_token(const attnkit_plugin_tensor* dst,
   }
 }
 
+/* Token `from` of new_k/new_v to position `to` of the caches: copied, or
+ * quantized into an int8 cache. */
+static void put_token(const attnkit_plugin_kv_append_args* a, int quantized,
+                      int64_t b, int64_t h, int64_t from, int64_t to,
+                      size_t esize) {
+  if (quantized) {
+    quantize_token(&a->k_cache, &a->k_scale, &a->new_k, b, h, from, to);
+    quantize_token(&a->v_cache, &a->v_scale, &a->new_v, b, h, from, to);
+    return;
+  }
+  copy_token(&a->k_cache, &a->new_k, b, h, from, to, esize);
+  copy_token(&a->v_cache, &a->new_v, b, h, from, to, esize);
+}
+
 /* The in-place append: token t of sequence b goes to positions[b] + t, for
  * K and V, every kv head; nothing else of the cache is written. */
 static attnkit_plugin_status example_append_kv(
@@ -369,6 +461,22 @@ static attnkit_plugin_status example_append_kv(
     return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
   }
   const size_t esize = dtype_size(a->k_cache.dtype);
+  /* An int8 cache takes f32/bf16 tokens, quantized into their slots. */
+  const int quantized = a->k_cache.dtype == ATTNKIT_PLUGIN_I8;
+  if (quantized && (!EXAMPLE_TABLE_HAS(kv_dtypes) ||
+                    (EXAMPLE_PLUGIN_KV_DTYPES & ATTNKIT_PLUGIN_KV_I8) == 0)) {
+    snprintf(error, error_capacity,
+             "an int8 cache handed to a table that does not declare it "
+             "(struct_size=%u, kv_dtypes=0x%x)",
+             (unsigned)(EXAMPLE_PLUGIN_TABLE_SIZE),
+             (unsigned)(EXAMPLE_PLUGIN_KV_DTYPES));
+    return ATTNKIT_PLUGIN_INTERNAL;
+  }
+  if (quantized && (a->k_scale.data == NULL || a->v_scale.data == NULL)) {
+    snprintf(error, error_capacity,
+             "k_cache.dtype=i8 but k_scale.data or v_scale.data is NULL");
+    return ATTNKIT_PLUGIN_INVALID_ARGUMENT;
+  }
   int64_t head_end = heads;
   if (EXAMPLE_PLUGIN_APPEND_BUG == EXAMPLE_APPEND_SKIPS_HEAD) head_end -= 1;
   for (int64_t b = 0; b < batch; ++b) {
@@ -380,13 +488,11 @@ static attnkit_plugin_status example_append_kv(
           if (to + 1 >= capacity) continue; /* stays inside the view */
           to += 1;
         }
-        copy_token(&a->k_cache, &a->new_k, b, h, t, to, esize);
-        copy_token(&a->v_cache, &a->new_v, b, h, t, to, esize);
+        put_token(a, quantized, b, h, t, to, esize);
       }
       if (EXAMPLE_PLUGIN_APPEND_BUG == EXAMPLE_APPEND_PAST_END && n > 0 &&
           pos + n < capacity) {
-        copy_token(&a->k_cache, &a->new_k, b, h, n - 1, pos + n, esize);
-        copy_token(&a->v_cache, &a->new_v, b, h, n - 1, pos + n, esize);
+        put_token(a, quantized, b, h, n - 1, pos + n, esize);
       }
     }
   }
@@ -565,8 +671,10 @@ static attnkit_plugin_status example_attention_block(
   q.strides[1] = att.strides[1] = d;
   q.strides[2] = att.strides[2] = q_width;
   q.strides[3] = att.strides[3] = 1;
-  const attnkit_plugin_attention_args args = {q, a->k_cache, a->v_cache,
-                                              a->bias, att};
+  /* The block's cache is f32: no scales. */
+  const attnkit_plugin_tensor no_scales = {0};
+  const attnkit_plugin_attention_args args = {
+      q, a->k_cache, a->v_cache, a->bias, att, no_scales, no_scales};
   const attnkit_plugin_status st = attend(s, p, &args, error, error_capacity);
   if (st != ATTNKIT_PLUGIN_OK) return st;
   float* out = (float*)a->out.data;
@@ -601,6 +709,8 @@ static const attnkit_plugin_v1_table kTable = {
     example_append_kv,
     EXAMPLE_PLUGIN_BLOCK_ENTRIES >= 1 ? example_supports_block : NULL,
     EXAMPLE_PLUGIN_BLOCK_ENTRIES >= 2 ? example_attention_block : NULL,
+    EXAMPLE_PLUGIN_KV_DTYPES,
+    0,
 };
 
 /* EXAMPLE_PLUGIN_NO_ENTRY builds a library whose only export has the wrong
