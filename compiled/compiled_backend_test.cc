@@ -353,16 +353,18 @@ TEST(CompiledBackendTest, AppendKvBitExactWithStridedAppend) {
         FillNormal(nv.view, rng);
         const std::vector<int64_t> pos{7, 3, 35}, lens{3, 0, 5};
         KvAppendArgs ref{kc[0].view, vc[0].view, nk.view, nv.view,
-                         pos,         lens,        {},      {}};
+                         pos,        lens,       {},      {}};
         KvAppendArgs got{kc[1].view, vc[1].view, nk.view, nv.view,
-                         pos,         lens,        {},      {}};
+                         pos,        lens,       {},      {}};
         AppendKvStrided(ref);
         // The first append of a spec compiles (and allocates); warm the
         // backend on a third cache of the same layout, then measure.
         Tensor kw = Tensor::Allocate(dtype, cache, kc[0].view.strides);
         Tensor vw = Tensor::Allocate(dtype, cache, vc[0].view.strides);
         ASSERT_TRUE(
-            backend->AppendKv({kw.view, vw.view, nk.view, nv.view, pos, lens})
+            backend
+                ->AppendKv(
+                    {kw.view, vw.view, nk.view, nv.view, pos, lens, {}, {}})
                 .ok());
         accounting::Meter meter;
         ASSERT_TRUE(backend->AppendKv(got).ok());
@@ -387,7 +389,8 @@ TEST(CompiledBackendTest, AppendKvBitExactWithStridedAppend) {
   Tensor nk = Tensor::Contiguous(DType::kF32, fresh);
   const std::vector<int64_t> pos{36, 0, 0}, lens{5, 1, 1};
   EXPECT_EQ(
-      backend->AppendKv({kc.view, vc.view, nk.view, nk.view, pos, lens}).code(),
+      backend->AppendKv({kc.view, vc.view, nk.view, nk.view, pos, lens, {}, {}})
+          .code(),
       StatusCode::kOutOfRange);
 }
 
