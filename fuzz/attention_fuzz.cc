@@ -70,6 +70,8 @@ Case MakeCase(FuzzedDataProvider& in) {
     l->pad = in.ConsumeIntegralInRange<int64_t>(0, 9);
   }
   c.io.shared_bias = p.mask == attnkit::MaskKind::kBias && in.ConsumeBool();
+  // Drawn last for the same reason: a quantized (i8) K/V cache.
+  if (in.ConsumeBool()) p.kv_dtype = attnkit::DType::kI8;
   return c;
 }
 
