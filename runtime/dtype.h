@@ -87,9 +87,20 @@ inline float I8ScaleOf(float absmax) {
 }
 inline int8_t QuantizeI8(float x, float scale) {
   // nearbyint rounds in the current mode: to nearest, ties to even (the
-  // mode attnkit never changes), as the vector cvtps2dq does.
-  const float r = std::nearbyint(x / scale);
-  return static_cast<int8_t>(std::fmin(std::fmax(r, -127.0f), 127.0f));
+  // mode attnkit never changes), as the vector cvtps2dq does. The clamp is
+  // fmin(fmax(r, -127), 127) -- a NaN becomes -127, never a cast of NaN --
+  // written as compares, which GCC inlines where fmax/fmin were libm calls
+  // per element.
+  float r = std::nearbyint(x / scale);
+  r = r > -127.0f ? r : -127.0f;
+  r = r < 127.0f ? r : 127.0f;
+  return static_cast<int8_t>(r);
+}
+// The running absmax of QuantizeRowI8: fmax(m, |x|) for finite x (a NaN x
+// leaves m), as a compare.
+inline float I8AbsMax(float m, float x) {
+  const float a = std::fabs(x);
+  return a > m ? a : m;
 }
 
 }  // namespace attnkit

@@ -63,9 +63,7 @@ float QuantizeContiguous(const T* x, int64_t n, int8_t* out) {
     }
   };
   float absmax = 0.0f;
-  for (int64_t e = 0; e < n; ++e) {
-    absmax = std::fmax(absmax, std::fabs(value(x[e])));
-  }
+  for (int64_t e = 0; e < n; ++e) absmax = I8AbsMax(absmax, value(x[e]));
   const float scale = I8ScaleOf(absmax);
   for (int64_t e = 0; e < n; ++e) out[e] = QuantizeI8(value(x[e]), scale);
   return scale;
@@ -93,7 +91,7 @@ float QuantizeRowI8(const TensorView& src, std::array<int64_t, 3> from,
   }
   float absmax = 0.0f;
   for (int64_t e = 0; e < src.shape[3]; ++e) {
-    absmax = std::fmax(absmax, std::fabs(src.Load(a, b, c, e)));
+    absmax = I8AbsMax(absmax, src.Load(a, b, c, e));
   }
   const float scale = I8ScaleOf(absmax);
   int8_t* out = static_cast<int8_t*>(dst.data);
