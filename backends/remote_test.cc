@@ -66,7 +66,9 @@ struct Data {
     float* o = out.view.As<float>();
     for (int64_t e = 0; e < out.view.NumElements(); ++e) o[e] = NAN;
   }
-  AttentionArgs args() const { return {q.view, k.view, v.view, {}, out.view}; }
+  AttentionArgs args() const {
+    return {q.view, k.view, v.view, {}, out.view, {}, {}};
+  }
   std::vector<float> Out() const {
     const float* o = out.view.As<float>();
     return {o, o + out.view.NumElements()};

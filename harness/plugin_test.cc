@@ -474,9 +474,9 @@ TEST(PluginTest, TheAppendHookIsChargedTheNewTokensBytes) {
   Tensor nv = Tensor::Contiguous(DType::kBF16, news);
   const int64_t positions[] = {0, 6}, new_lens[] = {1, 2};
   accounting::Meter meter;
-  ASSERT_TRUE(
-      (*b)->AppendKv({kc.view, vc.view, nk.view, nv.view, positions, new_lens})
-          .ok());
+  ASSERT_TRUE((*b)->AppendKv({kc.view, vc.view, nk.view, nv.view, positions,
+                              new_lens, {}, {}})
+                  .ok());
   // (1 + 2) tokens * 3 heads * 5 elements * 2 bytes, K and V.
   EXPECT_EQ(meter.Read().bytes_copied, 2 * 3 * 3 * 5 * 2);
 }

@@ -420,7 +420,8 @@ TEST(SimdAppendTest, BitExactVersusStridedAppendInEveryLayout) {
         const std::vector<int64_t> pos = {0, 33, 70}, lens = {n, 0, 20};
         KvAppendArgs args[2];
         for (int x = 0; x < 2; ++x)
-          args[x] = {kc[x].view, vc[x].view, nk.view, nv.view, pos, lens};
+          args[x] = {kc[x].view, vc[x].view, nk.view, nv.view,
+                     pos,        lens,       {},      {}};
         AppendKvStrided(args[0]);
         ASSERT_TRUE(MakeSimdBackend()->AppendKv(args[1]).ok());
         EXPECT_EQ(std::memcmp(kc[0].buffer.data(), kc[1].buffer.data(),
@@ -447,7 +448,7 @@ TEST(SimdAppendTest, OverflowIsOutOfRangeAndWritesNothing) {
   FillNormal(nk.view, rng);
   const std::vector<int64_t> pos = {6}, lens = {3};
   const Status s = MakeSimdBackend()->AppendKv(
-      {kc.view, vc.view, nk.view, nv.view, pos, lens});
+      {kc.view, vc.view, nk.view, nv.view, pos, lens, {}, {}});
   EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.ToString();
   for (int64_t j = 0; j < 8; ++j) EXPECT_EQ(kc.view.Load(0, 0, j, 0), 0.0f);
 }
