@@ -51,7 +51,9 @@ def Attnkit_FlashRole : I32EnumAttr<"FlashRole",
       I32EnumAttrCase<"Qk", 2, "qk">,
       I32EnumAttrCase<"Modifier", 3, "modifier">,
       I32EnumAttrCase<"Pv", 4, "pv">,
-      I32EnumAttrCase<"HeadLoop", 5, "head_loop">
+      I32EnumAttrCase<"HeadLoop", 5, "head_loop">,
+      I32EnumAttrCase<"KeyScale", 6, "key_scale">,
+      I32EnumAttrCase<"ValueScale", 7, "value_scale">
     ]> {
   let cppNamespace = "::attnkit::compiled";
   let genSpecializedAttr = 0;
@@ -67,6 +69,7 @@ def Attnkit_FlashRoleAttr : EnumAttr<Attnkit_Dialect, Attnkit_FlashRole,
 //===----------------------------------------------------------------------===//
 
 def Attnkit_AttentionOp : Attnkit_Op<"attention", [Pure, SingleBlock,
+    AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<TilingInterface, ["getLoopIteratorTypes",
         "getIterationDomain", "getTiledImplementation",
         "getResultTilePosition", "generateResultTileValue"]>,
@@ -84,9 +87,17 @@ def Attnkit_AttentionOp : Attnkit_Op<"attention", [Pure, SingleBlock,
 
     Q is tensor<G x M x D x T>, K tensor<N x D x T>, V tensor<N x D x T>
     (or D x N), T f32 or bf16, accumulation in f32; the bias, when given,
-    tensor<G x M x N x f32>. With a leading KV-head dimension H (Q
-    H x G x M x D, K and V H x N x D, bias H x G x M x N, output H x G x M x D,
-    lse H x G x M) the op is the attention of H independent groups: it then
+    tensor<G x M x N x f32>. A quantized KV cache has K and V of i8 with
+    `k_scale` and `v_scale`, tensor<N x f32> each (both or neither, and
+    only with i8): key j is K[j,:] * k_scale[j], value j V[j,:] *
+    v_scale[j] (runtime/dtype.h's QuantizeRowI8). The lowerings never
+    materialize those products: k_scale multiplies the integer dot
+    products (x[g,i,j] = scale * k_scale[j] * sum_d Q K), v_scale the
+    probabilities once the row sum has been taken.
+
+    With a leading KV-head dimension H (Q H x G x M x D, K and V H x N x D,
+    bias H x G x M x N, output H x G x M x D, lse H x G x M, scales H x N)
+    the op is the attention of H independent groups: it then
     implements TilingInterface over H (one parallel loop), which is how
     attnkit-split-heads fuses it, with its producers, into a loop over heads;
     a tile of one head is rewritten to the single-group form. The modifier region maps (query index i, key
@@ -106,18 +117,27 @@ def Attnkit_AttentionOp : Attnkit_Op<"attention", [Pure, SingleBlock,
     ^bb0(%i: index, %j: index, %x: f32):
       attnkit.yield %x : f32
     }
+    // An i8 cache:
+    %o, %lse = attnkit.attention q(%q : tensor<2x?x64xf32>)
+        k(%k : tensor<?x64xi8>) k_scale(%ks : tensor<?xf32>)
+        v(%v : tensor<?x64xi8>) v_scale(%vs : tensor<?xf32>) scale(%s)
+        -> tensor<2x?x64xf32>, tensor<2x?xf32> { ... }
     ```
   }];
   let arguments = (ins AnyRankedTensor:$query, AnyRankedTensor:$key,
                        AnyRankedTensor:$value, F32:$scale,
                        Optional<AnyRankedTensor>:$bias,
+                       Optional<AnyRankedTensor>:$key_scale,
+                       Optional<AnyRankedTensor>:$value_scale,
                        UnitAttr:$v_transposed);
   let results = (outs AnyRankedTensor:$output, AnyRankedTensor:$lse);
   let regions = (region SizedRegion<1>:$modifier);
   let assemblyFormat = [{
     `q` `(` $query `:` type($query) `)`
     `k` `(` $key `:` type($key) `)`
+    (`k_scale` `(` $key_scale^ `:` type($key_scale) `)`)?
     `v` `(` $value `:` type($value) `)` (`v_transposed` $v_transposed^)?
+    (`v_scale` `(` $value_scale^ `:` type($value_scale) `)`)?
     `scale` `(` $scale `)`
     (`bias` `(` $bias^ `:` type($bias) `)`)?
     `->` type($output) `,` type($lse) attr-dict-with-keyword $modifier
@@ -133,6 +153,8 @@ def Attnkit_AttentionOp : Attnkit_Op<"attention", [Pure, SingleBlock,
     ::mlir::BlockArgument biasArg() {
       return getBias() ? modifierBlock().getArgument(3) : ::mlir::BlockArgument();
     }
+    /// K/V stored as int8 with per-key scales.
+    bool quantizedKv() { return getKeyScale() != nullptr; }
     /// With a leading KV-head dimension (rank-4 Q).
     bool hasHeadDim() { return getQuery().getType().getRank() == 4; }
     int64_t groupSize() {

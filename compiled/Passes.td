@@ -37,6 +37,12 @@ def DecomposeAttention
       %m = linalg.generic {max}; %e = linalg.generic {exp(s2 - m)}
       %l = linalg.generic {sum}; %p = linalg.generic {e / l}
       %o = linalg.generic {P.V}; %lse = linalg.generic {m + log l}
+    With an i8 K/V (`k_scale(%ks) ... v_scale(%vs)`), Q.K^T and P.V read the
+    integer rows (arith.sitofp in their bodies) and two more generics apply
+    the per-key scales, no dequantized K/V materialized:
+      %s = linalg.generic {Q.K^T}; %s = linalg.generic {s * ks[j]} outs(%s)
+      ... %p = linalg.generic {e / l}; %p = linalg.generic {p * vs[j]}
+      %o = linalg.generic {P.V}
     A function without attnkit.attention is left as it is.
   }];
   let dependentDialects = [
@@ -112,7 +118,18 @@ def FlashAttention : Pass<"attnkit-flash-attention", "mlir::func::FuncOp"> {
           ...
         } {attnkit.flash_role = #attnkit.flash_role<kv_loop>}
       } {attnkit.flash_role = #attnkit.flash_role<query_loop>}
-    The loops and the Q.K^T, modifier and P.V tile ops carry their
+    An i8 K/V (the op's k_scale and v_scale): Q.K^T reads the integer rows
+    and the next generic multiplies each key's score by its scale (role
+    key_scale); P is multiplied by the values' scales after the row sum l
+    has been taken (role value_scale), so P.V of the integer rows is the
+    weighted sum of the dequantized values:
+          linalg.generic {s * k_scale[j0 + j]} outs(%s)
+              {attnkit.flash_role = #attnkit.flash_role<key_scale>}
+          ... %l' = l * alpha + sum(p)
+          linalg.generic {p * v_scale[j0 + j]} outs(%p)
+              {attnkit.flash_role = #attnkit.flash_role<value_scale>}
+          linalg.generic {P.V} ...
+    The loops and the Q.K^T, modifier, scale and P.V tile ops carry their
     `attnkit.flash_role` for attnkit-vectorize-flash. Linalg ops that
     merely look like attention (a naive chain) are left as they are.
   }];
@@ -142,7 +159,11 @@ def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
     on vectors). Prefill (query tile a multiple of 16): Q packed as Q^T once
     per tile, Q.K^T in 4 keys x 64 rows register blocks, the online softmax
     along rows of S^T, P.V in 4 rows x 64 columns blocks. Decode (any other
-    tile): K and V rows streamed at full vector width.
+    tile): K and V rows streamed at full vector width. An i8 K/V (the
+    key_scale and value_scale ops): its rows are loaded as vector<16xi8>
+    and converted in registers (arith.sitofp), the keys' scales multiply
+    the scores before the modifier, the values' scales P after the row
+    sum -- one multiply per score, no dequantized row anywhere.
 
     Before: scf.for ... {attnkit.flash_role = #attnkit.flash_role<query_loop>}
             { scf.for ... <kv_loop> { linalg.generic <qk> ... }}

@@ -11,7 +11,7 @@
 //                      by its AOT symbol)
 // e.g.
 //   attnkit-compile --emit=fused --heads 32 --kv-heads 8 --head-dim 128
-//       --mask causal --dtype bf16 --layout tv
+//       --mask causal --dtype bf16 --layout tv [--kv-dtype i8]
 // The stages' names are compiled/pipeline.h's kStageNames. attnkit-opt is
 // the other tool: mlir-opt with our passes, for IR in files.
 // Lengths (--batch --kv-len) are accepted for symmetry with the other
@@ -73,6 +73,11 @@ static cl::opt<std::string> maskOpt("mask", cl::desc(maskNames),
                                     cl::init("none"));
 static cl::opt<std::string> dtypeOpt("dtype", cl::desc(dtypeNames),
                                      cl::init("f32"));
+// K/V storage: the --dtype (default) or i8, a quantized KV cache (the
+// kernel then takes k_scale/v_scale).
+static cl::opt<std::string>
+    kvDtypeOpt("kv-dtype", cl::desc("K/V storage: i8, or --dtype's (default)"),
+               cl::init(""));
 static cl::opt<std::string> layoutOpt("layout", cl::desc(layoutNames),
                                       cl::init("bhsd"));
 static cl::opt<int64_t> batch("batch", cl::desc("ignored by the IR"),
@@ -173,6 +178,18 @@ static int run(int argc, char **argv) {
   if (!dtype)
     return fail("--dtype=" + dtypeOpt + ": not " + dtypeNames);
   spec.elem = *dtype;
+  // As the runtime's --kv-dtype: i8, or the same as --dtype (no
+  // quantization).
+  std::optional<DType> kvDtype;
+  if (!kvDtypeOpt.empty()) {
+    kvDtype = ParseDType(kvDtypeOpt);
+    if (!kvDtype || (*kvDtype != DType::kI8 && *kvDtype != *dtype))
+      return fail("--kv-dtype=" + kvDtypeOpt + ": not i8 or the --dtype (" +
+                  dtypeOpt + ")");
+    if (*kvDtype == *dtype)
+      kvDtype.reset();
+  }
+  spec.kvElem = kvDtype;
   std::optional<KvLayout> layout = ParseKvLayout(layoutOpt);
   if (!layout)
     return fail("--layout=" + layoutOpt + ": not " + layoutNames);
@@ -188,6 +205,7 @@ static int run(int argc, char **argv) {
   problem.mask = *mask;
   problem.window = window;
   problem.dtype = *dtype;
+  problem.kv_dtype = kvDtype;
   problem.layout = *layout;
   if (batch < 1 || batch > (int64_t{1} << 20))
     return fail("--batch=" + std::to_string(batch.getValue()) +

@@ -109,8 +109,18 @@ LogicalResult AttentionOp::verify() {
   Type elem = q.getElementType();
   if (!elem.isF32() && !elem.isBF16())
     return emitOpError("expects f32 or bf16 q/k/v, got ") << elem;
-  if (k.getElementType() != elem || v.getElementType() != elem)
-    return emitOpError("expects q, k and v of one element type");
+  // K/V in q's type, or int8 rows whose scales are the two scale operands.
+  const bool quantized = getKeyScale() || getValueScale();
+  if (quantized != (getKeyScale() && getValueScale()))
+    return emitOpError("expects both k_scale and v_scale or neither");
+  Type kvElem =
+      quantized ? Type(IntegerType::get(getContext(), 8)) : Type(elem);
+  if (!quantized && k.getElementType().isInteger(8))
+    return emitOpError("expects k_scale and v_scale with i8 k and v");
+  if (k.getElementType() != kvElem || v.getElementType() != kvElem)
+    return emitOpError(quantized
+                           ? "expects i8 k and v with k_scale and v_scale"
+                           : "expects q, k and v of one element type");
   const int64_t g = q.getDimSize(lead), d = q.getDimSize(lead + 2);
   if (ShapedType::isDynamic(g) || ShapedType::isDynamic(d))
     return emitOpError("expects a static group size and head_dim");
@@ -122,10 +132,23 @@ LogicalResult AttentionOp::verify() {
     return emitOpError("expects k and v rows of head_dim ") << d;
   if (!compatible(keys, vKeys))
     return emitOpError("expects as many keys in v as in k");
+  if (quantized)
+    for (Value sv : {getKeyScale(), getValueScale()}) {
+      auto st = cast<RankedTensorType>(sv.getType());
+      if (st.getRank() != 1 + lead || !st.getElementType().isF32() ||
+          !compatible(st.getDimSize(lead), keys))
+        return emitOpError("expects f32 k_scale and v_scale of one scale "
+                           "per key, got ")
+               << st;
+    }
   RankedTensorType out = getOutput().getType(), lse = getLse().getType();
   SmallVector<RankedTensorType> withHeads{k, v, out, lse};
   if (Value bias = getBias())
     withHeads.push_back(cast<RankedTensorType>(bias.getType()));
+  if (quantized) {
+    withHeads.push_back(cast<RankedTensorType>(getKeyScale().getType()));
+    withHeads.push_back(cast<RankedTensorType>(getValueScale().getType()));
+  }
   for (RankedTensorType t : withHeads)
     if (lead &&
         (t.getRank() == 0 || !compatible(t.getDimSize(0), q.getDimSize(0))))
@@ -231,12 +254,14 @@ AttentionOp::getTiledImplementation(OpBuilder &b,
     return s;
   };
   Value q = slice(getQuery()), k = slice(getKey()), v = slice(getValue()),
-        bias = slice(getBias());
+        bias = slice(getBias()), kScale = slice(getKeyScale()),
+        vScale = slice(getValueScale());
   auto tiled =
       AttentionOp::create(b, loc,
                           TypeRange{withHeads(getOutput().getType(), sizes[0]),
                                     withHeads(getLse().getType(), sizes[0])},
-                          q, k, v, getScale(), bias, getVTransposedAttr());
+                          q, k, v, getScale(), bias, kScale, vScale,
+                          getVTransposedAttr());
   IRMapping map;
   getModifier().cloneInto(&tiled.getModifier(), map);
   return TilingResult{{tiled}, SmallVector<Value>(tiled->getResults()), slices};

@@ -13,6 +13,8 @@ KernelSpec specFor(const AttentionProblem &p) {
   KernelSpec s;
   s.headDim = p.head_dim;
   s.elem = p.dtype;
+  if (p.quantized_kv())
+    s.kvElem = DType::kI8;
   s.mask = p.mask;
   s.vTransposed = p.layout == KvLayout::kTransposedV;
   s.group = p.group_size();
@@ -81,9 +83,6 @@ public:
 
   Status Supports(const AttentionProblem &p) const override {
     ATTNKIT_RETURN_IF_ERROR(p.Validate());
-    if (p.quantized_kv())
-      return Status::Unimplemented(
-          "compiled: kv_dtype=i8 (quantized KV cache)");
     // The vectorizer unrolls its row blocks over the G query heads that
     // share a KV head, so compile time grows with G: ~0.4 s at G = 64,
     // ~6 s at G = 1024 and minutes beyond (found by problem_validate_fuzz;
@@ -261,6 +260,14 @@ void CompiledBackend::runItem(const Call &c, const WorkItem &w, int thread) {
                 : desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
                           {n, d}, {v.strides[2], 1});
   MemRefDesc<3> bd = desc<3>(out.data, 0, {g, 0, 0}, {0, 0, 1});
+  // An i8 K/V's scales of keys [j0, j1) (unit stride along the sequence,
+  // KvScaleStrides); other kernels never read them.
+  MemRefDesc<1> ksd = desc<1>(out.data, 0, {0}, {1}), vsd = ksd;
+  if (p.quantized_kv()) {
+    const TensorView &ks = c.args.k_scale, &vs = c.args.v_scale;
+    ksd = desc<1>(ks.data, at(ks, w.b, w.kvh, w.j0, 0), {n}, {1});
+    vsd = desc<1>(vs.data, at(vs, w.b, w.kvh, w.j0, 0), {n}, {1});
+  }
   if (p.mask == MaskKind::kBias) {
     const int64_t hs = bias.shape[1] == 1 ? 0 : bias.strides[1];
     const int64_t hb = bias.shape[1] == 1 ? 0 : h0;
@@ -273,7 +280,7 @@ void CompiledBackend::runItem(const Call &c, const WorkItem &w, int thread) {
     auto od = desc<3>(out.data, at(out, w.b, h0, 0, 0) + w.i0 * out.strides[2],
                       {g, w.rows, d}, {out.strides[1], out.strides[2], 1});
     auto ld = desc<2>(lse_[thread].data(), 0, {g, w.rows}, {w.rows, 1});
-    c.fn(&qd, &kd, &vd, &bd, &od, &ld, c.scale, p0, p.window);
+    c.fn(&qd, &kd, &vd, &bd, &ksd, &vsd, &od, &ld, c.scale, p0, p.window);
     return;
   }
   // The kernel writes the normalized output into the block's o rows and
@@ -283,7 +290,7 @@ void CompiledBackend::runItem(const Call &c, const WorkItem &w, int thread) {
   auto od = desc<3>(block, 0, {g, w.rows, d}, {w.rows * d, d, 1});
   auto ld =
       desc<2>(block, layout.rows * layout.stride, {g, w.rows}, {w.rows, 1});
-  c.fn(&qd, &kd, &vd, &bd, &od, &ld, c.scale, p0, p.window);
+  c.fn(&qd, &kd, &vd, &bd, &ksd, &vsd, &od, &ld, c.scale, p0, p.window);
   PartialFromLse(layout, block, g * w.rows);
 }
 
@@ -305,8 +312,6 @@ void CompiledBackend::mergeSplits(const Call &c, int threads) {
 Status CompiledBackend::Attention(const AttentionProblem &p,
                                   const AttentionArgs &args) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
-  if (p.quantized_kv())
-    return Supports(p);
   const KernelSpec spec = specFor(p);
   StatusOr<const CompiledKernel *> kernel = kernelFor(spec);
   if (!kernel.ok())
@@ -475,7 +480,15 @@ constexpr int64_t kParallelAppendElems = int64_t{1} << 18;
 
 Status CompiledBackend::AppendKv(const KvAppendArgs &a) {
   ATTNKIT_RETURN_IF_ERROR(ValidateAppend(a));
-  // An i8 cache: the one quantization rule (runtime/dtype.h), row by row.
+  // An i8 cache: the one quantization rule (runtime/dtype.h's
+  // QuantizeRowI8), which AppendKvStrided applies straight into the slot.
+  // Not compiled, on purpose: the cache's bytes must equal every other
+  // writer's bit for bit, so a compiled quantizer would have to reproduce
+  // the rule's f32 division (no reciprocal multiply: fast-math would
+  // change the rounding of x / scale) and round-half-to-even exactly,
+  // and would still do the same work -- a decode step quantizes
+  // batch x kv_heads rows of head_dim values, microseconds against the
+  // attention's pass over the whole cache.
   if (a.k_cache.dtype == DType::kI8) {
     AppendKvStrided(a);
     return Status::Ok();

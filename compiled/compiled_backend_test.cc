@@ -6,6 +6,7 @@
 #include "harness/test_support.h"
 #include "runtime/accounting.h"
 #include "runtime/enum_table_testing.h"
+#include "runtime/kv_cache.h"
 #include "runtime/random.h"
 
 #include <gtest/gtest.h>
@@ -84,6 +85,296 @@ TEST(CompiledBackendTest, DecodeKernelSweepAgainstOracle) {
         ++cases;
       }
   EXPECT_EQ(cases, 24);
+}
+
+// A quantized KV cache (kv_dtype=i8: int8 rows, one f32 scale per token
+// and kv head) through the decode kernel: the rows converted in registers,
+// k_scale on the logits, v_scale on P after the row sum. Every mask x q
+// dtype x layout, GQA groups 1/2/4, head_dim 8/33/64/128 (odd ones take the
+// masked tail loads of int8 rows), ragged q_len 0..3 and kv_len straddling
+// the 64-key tile; the oracle works on the dequantized values as stored.
+TEST(CompiledBackendTest, QuantizedKvDecodeSweepAgainstOracle) {
+  Rng shapes(31);
+  int cases = 0;
+  for (MaskKind mask :
+       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (KvLayout layout :
+           {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+        AttentionProblem p;
+        p.batch = 3;
+        p.kv_heads = shapes.Range(1, 2);
+        p.q_heads = p.kv_heads * (int64_t{1} << shapes.Range(0, 2));
+        p.head_dim = std::vector<int64_t>{8, 33, 64, 128}[shapes.Below(4)];
+        p.mask = mask;
+        p.dtype = dtype;
+        p.kv_dtype = DType::kI8;
+        p.layout = layout;
+        if (mask == MaskKind::kWindow)
+          p.window = shapes.Range(1, 70);
+        p.kv_lens = {shapes.Range(1, 150), shapes.Range(60, 140), 0};
+        p.q_lens = {shapes.Range(0, 3), 1, 0};
+        ASSERT_EQ(specFor(p).queryTile, 1);
+        ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok()) << p.ToString();
+        SCOPED_TRACE(p.ToString());
+        ExpectMatchesOracle(*MakeCompiledBackend(), p, 300 + cases);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 24);
+}
+
+// The prefill kernel (16-row query tiles) on an i8 cache: the key's scale
+// broadcast over a vector of 16 rows' scores, the value's over P. Every
+// mask x q dtype x layout, GQA groups 1/2/3/4 (3: the 5-key register block
+// that does not divide the tile), odd head_dim, ragged batches with empty
+// sequences, lengths straddling the 16-row and 64-key tiles.
+TEST(CompiledBackendTest, QuantizedKvPrefillSweepAgainstOracle) {
+  Rng shapes(37);
+  int cases = 0;
+  for (MaskKind mask :
+       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (KvLayout layout :
+           {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+        AttentionProblem p;
+        p.batch = shapes.Range(1, 3);
+        p.kv_heads = shapes.Range(1, 2);
+        p.q_heads = p.kv_heads * shapes.Range(1, 4);
+        p.head_dim = std::vector<int64_t>{8, 33, 64}[shapes.Below(3)];
+        p.mask = mask;
+        p.dtype = dtype;
+        p.kv_dtype = DType::kI8;
+        p.layout = layout;
+        if (mask == MaskKind::kWindow)
+          p.window = shapes.Range(1, 70);
+        p.q_lens.clear();
+        p.kv_lens.clear();
+        for (int64_t b = 0; b < p.batch; ++b) {
+          const int64_t kv = shapes.Range(0, 150);
+          p.kv_lens.push_back(kv);
+          p.q_lens.push_back(shapes.Range(0, std::min<int64_t>(kv, 90)));
+        }
+        // At least one sequence takes the prefill kernel.
+        p.kv_lens[0] = std::max<int64_t>(p.kv_lens[0], 20);
+        p.q_lens[0] = std::max<int64_t>(p.q_lens[0], 17);
+        ASSERT_EQ(specFor(p).queryTile, kPrefillQueryTile);
+        SCOPED_TRACE(p.ToString());
+        ExpectMatchesOracle(*MakeCompiledBackend(), p, 400 + cases);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 24);
+}
+
+// i8 decode with one head: the keys split over the threads (flash-decoding),
+// so each split's kernel reads the scales from its first key on, and a KV
+// cache prefix whose K/V and scales have a capacity's strides.
+TEST(CompiledBackendTest, QuantizedKvSplitDecodeAndCachePrefix) {
+  for (MaskKind mask : {MaskKind::kNone, MaskKind::kWindow}) {
+    AttentionProblem p;
+    p.head_dim = 64;
+    p.q_lens = {1};
+    p.kv_lens = {3001};
+    p.mask = mask;
+    p.kv_dtype = DType::kI8;
+    if (mask == MaskKind::kWindow)
+      p.window = 1500;
+    SCOPED_TRACE(p.ToString());
+    ExpectMatchesOracle(*MakeCompiledBackend(), p, 11);
+  }
+  for (KvLayout layout :
+       {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+    AttentionProblem p;
+    p.batch = 2;
+    p.q_heads = 4;
+    p.kv_heads = 2;
+    p.head_dim = 64;
+    p.q_lens = {1, 20};
+    p.kv_lens = {77, 130};
+    p.mask = MaskKind::kCausal;
+    p.kv_dtype = DType::kI8;
+    p.layout = layout;
+    SCOPED_TRACE(p.ToString());
+    ExpectMatchesOracle(*MakeCompiledBackend(), p, 3, ValueProfile::kNormal,
+                        /*kv_pad=*/256 - p.max_kv_len());
+  }
+}
+
+// The K/V dtype is part of the specialization: an i8 cache gets its own
+// kernel (and on-disk cache entry), never the f32/bf16 one of the same
+// shape, whose K/V memrefs have another element type.
+TEST(CompiledBackendTest, QuantizedKvIsItsOwnSpecialization) {
+  AttentionProblem p;
+  p.q_heads = 4;
+  p.head_dim = 64;
+  const KernelSpec plain = specFor(p);
+  p.kv_dtype = DType::kI8;
+  const KernelSpec quantized = specFor(p);
+  EXPECT_NE(plain, quantized);
+  EXPECT_TRUE(quantized.quantizedKv());
+  EXPECT_EQ(quantized.key(), "d64_f32_kvi8_none_v_g4_q1");
+  EXPECT_EQ(plain.key(), "d64_f32_none_v_g4_q1");
+  EXPECT_NE(globalKernelCache().diskKey(plain.key()),
+            globalKernelCache().diskKey(quantized.key()));
+  // kv_dtype equal to the dtype is no quantization: the plain kernel.
+  p.kv_dtype = DType::kF32;
+  EXPECT_EQ(specFor(p), plain);
+}
+
+// Decode steps on an i8 KvCache, the compiled backend doing both halves of
+// each step: AppendKv quantizes the new token into its slot (the one rule,
+// the portable quantizer) and Attention reads the int8 prefix and its
+// scales in place. Once the kernels are compiled and the workspaces sized,
+// a step allocates nothing and copies exactly the new tokens' bytes and
+// scales; each step's output matches attention in double on the values as
+// stored (int8 times scale) -- what the oracle computes, written out here
+// because the oracle's library sits beside this one, not below it.
+TEST(CompiledBackendTest, QuantizedKvDecodeStepsAllocateNothing) {
+  ASSERT_TRUE(accounting::AllocHooksInstalled());
+  for (KvLayout layout :
+       {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+    SCOPED_TRACE(std::string(KvLayoutName(layout)));
+    KvCacheConfig cfg;
+    cfg.batch = 2;
+    cfg.kv_heads = 2;
+    cfg.head_dim = 40;
+    cfg.capacity = 160;
+    cfg.dtype = DType::kI8;
+    cfg.layout = layout;
+    StatusOr<KvCache> cache = KvCache::Create(cfg);
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    AttentionProblem p;
+    p.batch = cfg.batch;
+    p.q_heads = 8;
+    p.kv_heads = cfg.kv_heads;
+    p.head_dim = cfg.head_dim;
+    p.mask = MaskKind::kCausal;
+    p.kv_dtype = DType::kI8;
+    p.layout = layout;
+    p.q_lens = {1, 1};
+    auto compiled = MakeCompiledBackend();
+    Rng rng(9);
+    // A context of 70 tokens, appended by the backend.
+    Tensor ctxK = Tensor::Contiguous(DType::kF32, {2, 2, 70, 40});
+    Tensor ctxV = Tensor::Contiguous(DType::kF32, {2, 2, 70, 40});
+    FillNormal(ctxK.view, rng);
+    FillNormal(ctxV.view, rng);
+    ASSERT_TRUE(cache->Append(0, ctxK.view, ctxV.view, compiled.get()).ok());
+    Tensor q = Tensor::Contiguous(DType::kF32, {2, 8, 1, 40});
+    Tensor out = Tensor::Contiguous(DType::kF32, {2, 8, 1, 40});
+    Tensor nk = Tensor::Contiguous(DType::kF32, {2, 2, 1, 40});
+    Tensor nv = Tensor::Contiguous(DType::kF32, {2, 2, 1, 40});
+    for (int step = 0; step < 6; ++step) {
+      FillNormal(q.view, rng);
+      FillNormal(nk.view, rng);
+      FillNormal(nv.view, rng);
+      accounting::Meter meter;
+      ASSERT_TRUE(cache->Append(0, nk.view, nv.view, compiled.get()).ok());
+      const std::span<const int64_t> lens = cache->lengths(0);
+      p.kv_lens.assign(lens.begin(), lens.end());
+      const KvCache::View kv = cache->Prefix(0);
+      const AttentionArgs args{q.view,  kv.k, kv.v, {}, out.view,
+                               kv.k_scale, kv.v_scale};
+      ASSERT_TRUE(compiled->Attention(p, args).ok());
+      const accounting::Counts c = meter.Read();
+      // Step 0 compiles the kernels and sizes the workspaces.
+      if (step > 0) {
+        EXPECT_EQ(c.allocs, 0) << "step " << step;
+        // 2 sequences x 2 kv heads x (40 int8 + one f32 scale), K and V.
+        EXPECT_EQ(c.bytes_copied, 2 * 2 * 2 * (40 + 4)) << "step " << step;
+      }
+      // The one query sits at the last position: every key is visible.
+      const double scale = p.EffectiveScale();
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t h = 0; h < 8; ++h) {
+          const int64_t g = h / 4, n = p.kv_lens[b];
+          std::vector<double> w(n);
+          double mx = -INFINITY, sum = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            double dot = 0;
+            for (int64_t e = 0; e < 40; ++e)
+              dot += double(q.view.Load(b, h, 0, e)) * kv.k.Load(b, g, j, e) *
+                     kv.k_scale.Load(b, g, j, 0);
+            w[j] = dot * scale;
+            mx = std::max(mx, w[j]);
+          }
+          for (double &x : w)
+            sum += (x = std::exp(x - mx));
+          for (int64_t e = 0; e < 40; ++e) {
+            double o = 0;
+            for (int64_t j = 0; j < n; ++j)
+              o += w[j] / sum * kv.v.Load(b, g, j, e) *
+                   kv.v_scale.Load(b, g, j, 0);
+            ASSERT_NEAR(out.view.Load(b, h, 0, e), o, 1e-4)
+                << "step " << step << " b " << b << " h " << h << " e " << e;
+          }
+        }
+    }
+  }
+}
+
+// The compiled append into an i8 cache writes exactly the bytes and scales
+// the portable quantizing append writes (the one rule, bit for bit), in
+// every layout, from f32 and bf16 tokens, contiguous and strided.
+TEST(CompiledBackendTest, QuantizedAppendKvBitExactWithStridedAppend) {
+  const std::array<int64_t, 4> cache{3, 2, 40, 24}, fresh{3, 2, 5, 24};
+  auto backend = MakeCompiledBackend();
+  int checked = 0;
+  for (KvLayout layout :
+       {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV})
+    for (DType tokDtype : {DType::kF32, DType::kBF16})
+      for (bool stridedTokens : {false, true}) {
+        SCOPED_TRACE(std::string(KvLayoutName(layout)) + " " +
+                     std::string(DTypeName(tokDtype)) +
+                     (stridedTokens ? " strided tokens" : ""));
+        Tensor kc[2], vc[2], ks[2], vs[2];
+        const std::array<int64_t, 4> scaleShape{3, 2, 40, 1};
+        for (int c = 0; c < 2; ++c) {
+          kc[c] = Tensor::Allocate(DType::kI8, cache,
+                                   KvStrides(layout, false, cache));
+          vc[c] = Tensor::Allocate(DType::kI8, cache,
+                                   KvStrides(layout, true, cache));
+          ks[c] = Tensor::Allocate(DType::kF32, scaleShape,
+                                   KvScaleStrides(scaleShape));
+          vs[c] = Tensor::Allocate(DType::kF32, scaleShape,
+                                   KvScaleStrides(scaleShape));
+          for (Tensor *t : {&kc[c], &vc[c], &ks[c], &vs[c]})
+            std::memset(t->buffer.data(), 0x5a, t->buffer.size());
+        }
+        const std::array<int64_t, 4> tokStrides =
+            stridedTokens ? std::array<int64_t, 4>{2 * 5 * 24, 5 * 24, 1, 5}
+                          : ContiguousStrides(fresh);
+        Tensor nk = Tensor::Allocate(tokDtype, fresh, tokStrides);
+        Tensor nv = Tensor::Allocate(tokDtype, fresh, tokStrides);
+        Rng rng(22);
+        FillNormal(nk.view, rng);
+        FillNormal(nv.view, rng);
+        const std::vector<int64_t> pos{7, 3, 35}, lens{3, 0, 5};
+        KvAppendArgs ref{kc[0].view, vc[0].view, nk.view,    nv.view,
+                         pos,         lens,        ks[0].view, vs[0].view};
+        KvAppendArgs got{kc[1].view, vc[1].view, nk.view,    nv.view,
+                         pos,         lens,        ks[1].view, vs[1].view};
+        AppendKvStrided(ref);
+        accounting::Meter meter;
+        ASSERT_TRUE(backend->AppendKv(got).ok());
+        EXPECT_EQ(meter.Read().allocs, 0);
+        EXPECT_EQ(meter.Read().bytes_copied, AppendedBytes(got));
+        for (int i = 0; i < 4; ++i) {
+          const Tensor *a[] = {&kc[0], &vc[0], &ks[0], &vs[0]};
+          const Tensor *b[] = {&kc[1], &vc[1], &ks[1], &vs[1]};
+          EXPECT_EQ(std::memcmp(a[i]->buffer.data(), b[i]->buffer.data(),
+                                a[i]->buffer.size()),
+                    0)
+              << "tensor " << i;
+        }
+        // The rows really landed: a stored key dequantizes to the token
+        // within half a quantization step.
+        const float x = nk.view.Load(2, 1, 4, 23);
+        const float deq = kc[1].view.Load(2, 1, 39, 23) *
+                          ks[1].view.Load(2, 1, 39, 0);
+        EXPECT_NEAR(deq, x, 0.5f * ks[1].view.Load(2, 1, 39, 0) + 1e-6f);
+        ++checked;
+      }
+  EXPECT_EQ(checked, 12);
 }
 
 // Regression: the prefill (16-row) kernel register-blocks QK^T as jb keys x
@@ -450,9 +741,11 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
       MemRefDesc<2> kd{a.k.data, a.k.data, 0, {c.n, c.d}, {a.k.strides[2], 1}};
       MemRefDesc<2> vd{a.v.data, a.v.data, 0, {c.n, c.d}, {a.v.strides[2], 1}};
       MemRefDesc<3> bd{out, out, 0, {c.g, 0, 0}, {0, 0, 1}};
+      MemRefDesc<1> sd{out, out, 0, {0}, {1}}; // no i8 K/V: not read
       MemRefDesc<3> od{out, out, 0, {c.g, c.q, c.d}, {c.q * c.d, c.d, 1}};
       MemRefDesc<2> ld{lse.data(), lse.data(), 0, {c.g, c.q}, {c.q, 1}};
-      fn(&qd, &kd, &vd, &bd, &od, &ld, p.EffectiveScale(), c.n - c.q, 0);
+      fn(&qd, &kd, &vd, &bd, &sd, &sd, &od, &ld, p.EffectiveScale(), c.n - c.q,
+         0);
     };
     ASSERT_EQ(a.out.strides[3], 1);
     ASSERT_EQ(a.out.strides[2], c.d);

@@ -3,9 +3,10 @@
 // `attnkit-decompose-attention` replaces each attnkit.attention by the naive
 // chain of the seed's first listing, every step a linalg.generic over whole
 // tensors (the S x S scores materialized): Q.K^T, the score modifier, row
-// max, exp, row sum, divide, P.V, and the log-sum-exp. This is the
-// `--emit=naive` stage, and the lowering of an attention op the flash
-// rewrite did not take. Passes.td has the before/after.
+// max, exp, row sum, divide, P.V, and the log-sum-exp (an i8 K/V: the
+// scores times k_scale before the modifier, P times v_scale before P.V).
+// This is the `--emit=naive` stage, and the lowering of an attention op the
+// flash rewrite did not take. Passes.td has the before/after.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +48,8 @@ public:
     Value e = exponentials(scores, mx);
     Value l = rowSum(b_, loc_, e, filled({g_, m_}, 0.0f));
     Value p = normalized(e, l);
+    if (Value vScale = op_.getValueScale())
+      p = scaleKeys(b_, loc_, p, vScale);
     Value o = pv(b_, loc_, p, op_.getValue(), filled({g_, m_, d_}, 0.0f),
                  op_.getVTransposed());
     b_.replaceOp(op_, ValueRange{o, logSumExp(mx, l)});
@@ -59,7 +62,7 @@ private:
   Value filled(ArrayRef<OpFoldResult> sizes, float value) {
     return fill(b_, loc_, empty(sizes), value);
   }
-  /// S' = modifier(Q.K^T * scale [, bias]).
+  /// S' = modifier(Q.K^T [* k_scale] * scale [, bias]).
   Value modifiedScores() {
     g_ = b_.getIndexAttr(op_.groupSize());
     d_ = b_.getIndexAttr(op_.headDim());
@@ -67,6 +70,8 @@ private:
     n_ = tensor::DimOp::create(b_, loc_, op_.getKey(), 0).getResult();
     Value s =
         qkT(b_, loc_, op_.getQuery(), op_.getKey(), filled({g_, m_, n_}, 0.0f));
+    if (Value kScale = op_.getKeyScale())
+      s = scaleKeys(b_, loc_, s, kScale);
     return scoreModifier(b_, loc_, op_, s, op_.getBias(), empty({g_, m_, n_}),
                          ModifierScaling{.scale = op_.getScale()});
   }

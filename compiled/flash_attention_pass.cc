@@ -24,11 +24,13 @@
 //     %f:3 = scf.for %j0 = %lo to %hi step BK
 //              iter_args(%m = -inf, %l = 0, %acc = 0) {
 //       %s   = linalg.generic {QKᵀ}  ins(%q_tile, %k_tile)   // the only one
+//      [%s   = linalg.generic {s * k_scale[j]} outs(%s)      // i8 K/V only]
 //       %s2  = linalg.generic {scale2 + mask, indices offset by (i0, j0)}
 //       %mt  = linalg.generic {max over j} ins(%s2)
 //       %mn, %ms, %alpha = linalg.generic {max(m, mt); exp2(m - mn)} outs(%m)
 //       %p   = linalg.generic {exp2(s2 - mn)}
 //       %l'  = linalg.generic {sum over j} ins(%p) outs(l * alpha)
+//      [%p   = linalg.generic {p * v_scale[j]} outs(%p)      // i8 K/V only]
 //       %a'  = linalg.generic {P·V} ins(%p, %v_tile) outs(acc * alpha)
 //       scf.yield %mn, %l', %a'
 //     }
@@ -40,8 +42,9 @@
 // The score modifier is the op's region inlined into a generic with its
 // linalg.index ops offset to the tile, so any elementwise modifier is kept;
 // the KV range is narrowed only when the mask is recognized as `j <= f(i)` /
-// `j > g(i)` with f, g non-decreasing in i. The loops and the QKᵀ, modifier
-// and P·V ops carry their attnkit.flash_role for attnkit-vectorize-flash.
+// `j > g(i)` with f, g non-decreasing in i. The loops and the QKᵀ, modifier,
+// P·V (and an i8 K/V's two scale) ops carry their attnkit.flash_role for
+// attnkit-vectorize-flash.
 //
 // Temporary tiles are `extract_slice`s of statically shaped alloc_tensor ops,
 // so bufferization allocates fixed-size buffers that buffer-loop-hoisting
@@ -379,16 +382,32 @@ void FlashRewriter::emitKvTile(OpBuilder &b, const QueryTile &t, Value j0,
   };
   Value kTile = rowsOf(k, false);
   Value vTile = rowsOf(v, vt);
+  // An i8 K/V: the tile's keys' scales.
+  auto scalesOf = [&](Value scales) {
+    return tensor::ExtractSliceOp::create(
+               b, loc_, scales, ArrayRef<OpFoldResult>{j0},
+               ArrayRef<OpFoldResult>{bk},
+               ArrayRef<OpFoldResult>{b.getIndexAttr(1)})
+        .getResult();
+  };
 
-  // The one QKᵀ of this tile, then the score modifier.
+  // The one QKᵀ of this tile (of the integer rows, for i8: times the keys'
+  // scales next), then the score modifier.
   Value sInit = fill(b, scoreTile(b, t, bk), 0.0f);
   Value s = withRole(qkT(b, loc_, t.q, kTile, sInit), FlashRole::Qk);
+  if (Value kScale = op_.getKeyScale())
+    s = withRole(scaleKeys(b, loc_, s, scalesOf(kScale)), FlashRole::KeyScale);
   Value s2 = modifiedScores(b, s, t.i0, j0, t.rows, bk);
 
   const MaxUpdate upd = updateMax(b, t, s2, mOld);
   Value p = probabilities(b, t, bk, s2, upd.safe);
-  // l = l * alpha + rowsum(P); acc = acc * alpha + P·V.
+  // l = l * alpha + rowsum(P); acc = acc * alpha + P·V, with P times the
+  // values' scales (i8) after l took the row sum: the integer V rows then
+  // give the dequantized values' weighted sum.
   Value lNew = rowSum(b, loc_, p, rescaled(b, upd.alpha, lOld));
+  if (Value vScale = op_.getValueScale())
+    p = withRole(scaleKeys(b, loc_, p, scalesOf(vScale)),
+                 FlashRole::ValueScale);
   Value accNew = withRole(
       pv(b, loc_, p, vTile, rescaled(b, upd.alpha, accOld), vt), FlashRole::Pv);
   scf::YieldOp::create(b, loc_, ValueRange{upd.max, lNew, accNew});

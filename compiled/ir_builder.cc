@@ -99,7 +99,7 @@ public:
 private:
   /// The kernel function's arguments (q, k, v, bias as tensors).
   struct Kernel {
-    Value q, k, v, bias, outM, lseM, scale, p0, window;
+    Value q, k, v, bias, kScale, vScale, outM, lseM, scale, p0, window;
   };
 
   Kernel declareKernel(ModuleOp module);
@@ -116,7 +116,7 @@ OwningOpRef<ModuleOp> AttentionBuilder::build() {
   auto outTy = RankedTensorType::get({g, kDyn, d}, b_.getF32Type());
   auto lseTy = RankedTensorType::get({g, kDyn}, b_.getF32Type());
   auto attn = AttentionOp::create(b_, TypeRange{outTy, lseTy}, kn.q, kn.k, kn.v,
-                                  kn.scale, kn.bias,
+                                  kn.scale, kn.bias, kn.kScale, kn.vScale,
                                   /*v_transposed=*/spec_.vTransposed);
   emitModifier(b_, attn, spec_.mask, kn.p0, kn.window);
   b_.setInsertionPointAfter(attn);
@@ -135,31 +135,38 @@ AttentionBuilder::Kernel AttentionBuilder::declareKernel(ModuleOp module) {
   const int64_t g = spec_.group, d = spec_.headDim;
   Type f32 = b_.getF32Type();
   Type elem = spec_.elem == DType::kF32 ? f32 : b_.getBF16Type();
+  Type kvElem = spec_.quantizedKv() ? Type(b_.getI8Type()) : elem;
   Type index = b_.getIndexType();
   MemRefType qTy = stridedMemRef({g, kDyn, d}, elem);
-  MemRefType kTy = stridedMemRef({kDyn, d}, elem);
-  MemRefType vTy = spec_.vTransposed ? stridedMemRef({d, kDyn}, elem)
-                                     : stridedMemRef({kDyn, d}, elem);
+  MemRefType kTy = stridedMemRef({kDyn, d}, kvElem);
+  MemRefType vTy = spec_.vTransposed ? stridedMemRef({d, kDyn}, kvElem)
+                                     : stridedMemRef({kDyn, d}, kvElem);
   MemRefType biasTy = stridedMemRef({g, kDyn, kDyn}, f32);
+  MemRefType scaleTy = stridedMemRef({kDyn}, f32);
   MemRefType outTy = stridedMemRef({g, kDyn, d}, f32);
   MemRefType lseTy = stridedMemRef({g, kDyn}, f32);
-  auto fnTy = b_.getFunctionType(
-      {qTy, kTy, vTy, biasTy, outTy, lseTy, f32, index, index}, {});
+  auto fnTy = b_.getFunctionType({qTy, kTy, vTy, biasTy, scaleTy, scaleTy,
+                                  outTy, lseTy, f32, index, index},
+                                 {});
   auto fn = func::FuncOp::create(b_, kKernelName, fnTy);
   fn->setAttr(kSpecAttrName, b_.getStringAttr(spec_.key()));
   Block *entry = fn.addEntryBlock();
   b_.setInsertionPointToStart(entry);
   Kernel kn;
-  kn.outM = entry->getArgument(4);
-  kn.lseM = entry->getArgument(5);
-  kn.scale = entry->getArgument(6);
-  kn.p0 = entry->getArgument(7);
-  kn.window = entry->getArgument(8);
+  kn.outM = entry->getArgument(6);
+  kn.lseM = entry->getArgument(7);
+  kn.scale = entry->getArgument(8);
+  kn.p0 = entry->getArgument(9);
+  kn.window = entry->getArgument(10);
   kn.q = toTensor(entry->getArgument(0));
   kn.k = toTensor(entry->getArgument(1));
   kn.v = toTensor(entry->getArgument(2));
   if (spec_.mask == MaskKind::kBias)
     kn.bias = toTensor(entry->getArgument(3));
+  if (spec_.quantizedKv()) {
+    kn.kScale = toTensor(entry->getArgument(4));
+    kn.vScale = toTensor(entry->getArgument(5));
+  }
   return kn;
 }
 
@@ -538,6 +545,7 @@ OwningOpRef<ModuleOp> BlockBuilder::build() {
   auto attn = AttentionOp::create(
       b_, TypeRange{outTy, lseTy}, q, prefix(kCache, false),
       prefix(vCache, spec_.vTransposed), a.scale, /*bias=*/Value(),
+      /*key_scale=*/Value(), /*value_scale=*/Value(),
       /*v_transposed=*/spec_.vTransposed);
   emitModifier(b_, attn, spec_.mask, a.p0, a.window);
   b_.setInsertionPointAfter(attn);

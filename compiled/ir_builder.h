@@ -27,11 +27,15 @@ void registerCompiledDialects(mlir::DialectRegistry &registry);
 ///   S = Q·Kᵀ·scale; S' = mask(S [+ bias]); P = softmax(S'); O = P·V;
 ///   LSE = log rowsum exp S'
 /// head_dim and group are static, every sequence length is dynamic.
-/// Arguments (strides are run-time values):
+/// Arguments, in the order q, k, v, bias, k_scale, v_scale, out, lse, scale,
+/// p0, window (strides are run-time values):
 ///   q    memref<G x ? x D x T>   out  memref<G x ? x D x f32>
 ///   k    memref<? x D x T>       lse  memref<G x ? x f32>
 ///   v    memref<? x D x T>  (or memref<D x ? x T> for transposed V)
 ///   bias memref<G x ? x ? x f32> (ignored unless the mask is kBias)
+///   k_scale, v_scale memref<? x f32> (unit stride; ignored unless K/V are
+///        i8, spec.kvElem: then k and v are memrefs of i8 and key j is
+///        k[j, :] * k_scale[j], value j v[j, :] * v_scale[j])
 ///   scale f32, p0 index (= kv_len - q_len, the position of query 0),
 ///   window index (ignored unless kWindow).
 /// Query i sits at position p = p0 + i; causal keeps keys j <= p, window keeps

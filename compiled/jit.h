@@ -30,9 +30,11 @@ template <int N> struct MemRefDesc {
   int64_t strides[N];
 };
 
-/// `_mlir_ciface_attention`, see buildAttention for the arguments.
+/// `_mlir_ciface_attention`, see buildAttention for the arguments (every
+/// kernel has the scale vectors; only an i8 K/V kernel reads them).
 using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
                              MemRefDesc<2> *v, MemRefDesc<3> *bias,
+                             MemRefDesc<1> *kScale, MemRefDesc<1> *vScale,
                              MemRefDesc<3> *out, MemRefDesc<2> *lse,
                              float scale, int64_t p0, int64_t window);
 

@@ -11,6 +11,7 @@
 #include "runtime/status.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace attnkit::compiled {
@@ -39,7 +40,12 @@ inline int64_t queryTileFor(int64_t maxQueries) {
 /// a new length never recompiles.
 struct KernelSpec {
   int64_t headDim = 64;
+  /// Storage of Q (and of K/V unless kvElem says otherwise).
   DType elem = DType::kF32;
+  /// K/V storage when it differs from Q's, as AttentionProblem::kv_dtype:
+  /// only kI8 (int8 rows, one f32 scale per token: the kernel takes the
+  /// scale vectors and folds them into the logits and P). Unset: `elem`.
+  std::optional<DType> kvElem = std::nullopt;
   MaskKind mask = MaskKind::kNone;
   /// V stored as [head_dim, seq] (seq stride 1), the "transposed V" layout.
   bool vTransposed = false;
@@ -56,6 +62,10 @@ struct KernelSpec {
     k += std::to_string(headDim);
     k += '_';
     k += DTypeName(elem);
+    if (kvElem) {
+      k += "_kv";
+      k += DTypeName(*kvElem);
+    }
     k += '_';
     k += MaskKindName(mask);
     k += vTransposed ? "_vt_g" : "_v_g";
@@ -66,6 +76,9 @@ struct KernelSpec {
     }
     return k;
   }
+  /// K/V's storage dtype.
+  DType kvDType() const { return kvElem.value_or(elem); }
+  bool quantizedKv() const { return kvDType() == DType::kI8; }
   bool operator==(const KernelSpec &) const = default;
 };
 

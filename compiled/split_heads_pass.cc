@@ -117,7 +117,7 @@ void toSingleGroup(AttentionOp op, RewriterBase &rewriter) {
   Location loc = op.getLoc();
   const bool vt = op.getVTransposed();
   const SmallVector<bool> q{true, false, true}, kv{false, true},
-      tv{true, false}, bias{true, false, false};
+      tv{true, false}, bias{true, false, false}, scales{false};
   Value query = dropHead(rewriter, loc, op.getQuery(), q);
   auto type = [&](Value theirs) {
     auto t = cast<RankedTensorType>(theirs.getType());
@@ -129,7 +129,10 @@ void toSingleGroup(AttentionOp op, RewriterBase &rewriter) {
       rewriter, loc, TypeRange{type(op.getOutput()), type(op.getLse())}, query,
       dropHead(rewriter, loc, op.getKey(), kv),
       dropHead(rewriter, loc, op.getValue(), vt ? tv : kv), op.getScale(),
-      dropHead(rewriter, loc, op.getBias(), bias), op.getVTransposedAttr());
+      dropHead(rewriter, loc, op.getBias(), bias),
+      dropHead(rewriter, loc, op.getKeyScale(), scales),
+      dropHead(rewriter, loc, op.getValueScale(), scales),
+      op.getVTransposedAttr());
   IRMapping map;
   op.getModifier().cloneInto(&single.getModifier(), map);
   SmallVector<Value> results;

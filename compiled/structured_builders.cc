@@ -58,6 +58,8 @@ Value cstF(OpBuilder &b, Location loc, float v) {
 Value toF32(OpBuilder &b, Location loc, Value x) {
   if (x.getType().isF32())
     return x;
+  if (x.getType().isInteger())
+    return arith::SIToFPOp::create(b, loc, b.getF32Type(), x);
   return arith::ExtFOp::create(b, loc, b.getF32Type(), x);
 }
 
@@ -130,6 +132,16 @@ Value pv(OpBuilder &b, Location loc, Value p, Value v, Value init,
       b, loc, ValueRange{p, v}, init,
       {dims(ctx, 4, {0, 1, 2}), dims(ctx, 4, {2, 3}), dims(ctx, 4, {0, 1, 3})},
       {kPar, kPar, kRed, kPar}, multiplyAdd);
+}
+
+Value scaleKeys(OpBuilder &b, Location loc, Value x, Value scale) {
+  MLIRContext *ctx = b.getContext();
+  return generic(b, loc, ValueRange{scale}, x,
+                 {dims(ctx, 3, {2}), dims(ctx, 3, {0, 1, 2})},
+                 {kPar, kPar, kPar},
+                 [](OpBuilder &b, Location loc, ValueRange a) {
+                   yield(b, loc, arith::MulFOp::create(b, loc, a[1], a[0]));
+                 });
 }
 
 Value scoreModifier(OpBuilder &b, Location loc, AttentionOp op, Value s,

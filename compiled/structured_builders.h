@@ -29,7 +29,8 @@ inline constexpr double kLn2 = 0.6931471805599453;
 mlir::AffineMap dims(mlir::MLIRContext *ctx, unsigned numDims,
                      llvm::ArrayRef<unsigned> results);
 mlir::Value cstF(mlir::OpBuilder &b, mlir::Location loc, float v);
-/// `x` widened to f32 (bf16 inputs), or `x`.
+/// `x` converted to f32: bf16 widened, i8 (a quantized K/V, signed)
+/// converted exactly by sitofp; f32 as is.
 mlir::Value toF32(mlir::OpBuilder &b, mlir::Location loc, mlir::Value x);
 /// A fill of `t` with `value`.
 mlir::Value fill(mlir::OpBuilder &b, mlir::Location loc, mlir::Value t,
@@ -63,6 +64,12 @@ mlir::Value qkT(mlir::OpBuilder &b, mlir::Location loc, mlir::Value q,
 /// unit-stride dim innermost.
 mlir::Value pv(mlir::OpBuilder &b, mlir::Location loc, mlir::Value p,
                mlir::Value v, mlir::Value init, bool vTransposed);
+
+/// x[g,i,j] *= scale[j] in place (outs = `x`): a quantized K/V's per-key
+/// scales on the integer dot products (k_scale) or on the probabilities
+/// (v_scale), one multiply per score instead of a dequantized K/V row.
+mlir::Value scaleKeys(mlir::OpBuilder &b, mlir::Location loc, mlir::Value x,
+                      mlir::Value scale);
 
 /// How the modifier's generic scales what it computes.
 struct ModifierScaling {

@@ -68,12 +68,17 @@ private:
         DenseElementsAttr::get(vec(w, b_.getIndexType()), ArrayRef(vals)));
     return arith::AddIOp::create(b_, loc_, steps, splat(base, w));
   }
+  /// bf16 widened, i8 (a quantized K/V row) converted by sitofp -- on
+  /// AVX-512 a vpmovsxbd + vcvtdq2ps per 16 keys' elements, in registers.
   Value toF32(Value x) {
-    if (getElementTypeOrSelf(x.getType()).isF32())
+    Type et = getElementTypeOrSelf(x.getType());
+    if (et.isF32())
       return x;
     Type t = isa<VectorType>(x.getType())
                  ? Type(vec(cast<VectorType>(x.getType()).getDimSize(0)))
                  : f32_;
+    if (et.isInteger())
+      return arith::SIToFPOp::create(b_, loc_, t, x);
     return arith::ExtFOp::create(b_, loc_, t, x);
   }
   Type elemOf(Value mem) {
@@ -106,8 +111,8 @@ private:
   void prefetchRow(Value mem, Value row) {
     Value n = memref::DimOp::create(b_, loc_, mem, 0);
     Value ahead = minI(add(row, cI(kPrefetchKeys)), sub(n, cI(1)));
-    // Elements per 64-byte line: 16 f32 or 32 bf16.
-    const int64_t perLine = elemOf(mem).isF32() ? 16 : 32;
+    // Elements per 64-byte line: 16 f32, 32 bf16, 64 i8.
+    const int64_t perLine = 512 / elemOf(mem).getIntOrFloatBitWidth();
     for (int64_t o = 0; o < f_.d; o += perLine)
       memref::PrefetchOp::create(b_, loc_, mem, ValueRange{ahead, cI(o)},
                                  /*isWrite=*/false, /*localityHint=*/2,

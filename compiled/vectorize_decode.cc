@@ -1,5 +1,6 @@
 // attnkit-vectorize-flash: the decode kernel (any other query tile: K and V
-// rows streamed at full vector width).
+// rows streamed at full vector width; i8 rows converted in registers, their
+// scales applied to the scores and to P).
 #include "compiled/vector_emitter.h"
 
 #include "compiled/passes.h"
@@ -144,9 +145,18 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
       Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
       Value irow = minI(i, sub(bq, cI(1)));
       Value mt = splatF(negInf, kLanes);
+      // An i8 K/V: the keys' and values' scales of 16 keys (0 past bk:
+      // those lanes become -inf and P = 0 anyway).
+      auto scales = [&](Value mem, int64_t jc) {
+        return loadMasked(mem, {add(j0, cI(jc))}, kLanes, sub(bk, cI(jc)));
+      };
       for (int64_t jc = 0; jc < bkMax; jc += kLanes) {
         Value jv = iota(cI(jc), kLanes);
         Value s = loadV(scores_, {r, cI(jc)}, kLanes);
+        // The integer dot products times k_scale: the logits of the
+        // dequantized keys, before the modifier scales them.
+        if (f_.kScale)
+          s = fmul(s, scales(f_.kScale, jc));
         Value bias;
         if (f_.bias)
           bias = loadMasked(f_.bias, {g, add(i0, irow), add(j0, cI(jc))},
@@ -169,8 +179,10 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
       for (int64_t jc = 0; jc < bkMax; jc += kLanes) {
         Value p =
             exp2(fsub(loadV(scores_, {r, cI(jc)}, kLanes), splat(ms, kLanes)));
-        storeV(p, scores_, {r, cI(jc)});
         sum = fadd(sum, p);
+        // l sums P itself; P.V weighs the integer V rows by P * v_scale.
+        storeV(f_.vScale ? fmul(p, scales(f_.vScale, jc)) : p, scores_,
+               {r, cI(jc)});
       }
       Value lOld = loadS(lrow_, {r});
       storeS(fadd(fmul(lOld, alpha), reduce(vector::CombiningKind::ADD, sum)),

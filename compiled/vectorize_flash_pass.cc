@@ -51,6 +51,14 @@
 //     <out = acc / l, lse = m + log l>
 //   }
 //
+// An i8 K/V (the key_scale and value_scale ops of the fused form): both
+// kernels load the int8 rows as they are (vector<16xi8>, a quarter of the
+// f32 bytes) and convert them in registers (arith.sitofp: vpmovsxbd +
+// vcvtdq2ps); the keys' scales multiply the scores as the softmax loads
+// them, before the modifier, and the values' scales P as it is stored for
+// P.V, after its row sum went into l -- the simd backend's scheme, one
+// multiply per score, no dequantized row in memory.
+//
 // A loop whose modifier uses something this pass cannot re-emit on vectors is
 // left alone (the linalg path then lowers it).
 //
@@ -126,6 +134,9 @@ void bindToBuffers(scf::ForOp outer) {
     } else if (hasFlashRole(op, FlashRole::Modifier) &&
                op.getNumDpsInputs() == 2) {
       bind(op.getDpsInputs()[1]);
+    } else if (hasFlashRole(op, FlashRole::KeyScale) ||
+               hasFlashRole(op, FlashRole::ValueScale)) {
+      bind(op.getDpsInputs()[0]);
     }
   });
   b.setInsertionPointAfter(outer);

@@ -89,7 +89,7 @@ std::optional<FlashLoop> matchFlashLoop(scf::ForOp outer) {
       f.inner = dyn_cast<scf::ForOp>(op);
   if (!f.inner)
     return std::nullopt;
-  linalg::GenericOp qk, pv;
+  linalg::GenericOp qk, pv, kScale, vScale;
   f.inner.getBody()->walk([&](linalg::GenericOp op) {
     if (hasFlashRole(op, FlashRole::Qk))
       qk = op;
@@ -97,9 +97,19 @@ std::optional<FlashLoop> matchFlashLoop(scf::ForOp outer) {
       pv = op;
     if (hasFlashRole(op, FlashRole::Modifier))
       f.modifier = op;
+    if (hasFlashRole(op, FlashRole::KeyScale))
+      kScale = op;
+    if (hasFlashRole(op, FlashRole::ValueScale))
+      vScale = op;
   });
-  if (!qk || !pv || !f.modifier)
+  if (!qk || !pv || !f.modifier || !kScale != !vScale)
     return std::nullopt;
+  if (kScale) {
+    f.kScale = bufferOf(sliceSource(kScale.getDpsInputs()[0]));
+    f.vScale = bufferOf(sliceSource(vScale.getDpsInputs()[0]));
+    if (!f.kScale || !f.vScale)
+      return std::nullopt;
+  }
   f.q = bufferOf(sliceSource(qk.getDpsInputs()[0]));
   f.k = bufferOf(sliceSource(qk.getDpsInputs()[1]));
   f.v = bufferOf(sliceSource(pv.getDpsInputs()[1]));

@@ -25,7 +25,10 @@ constexpr int64_t kLanes = 16;
 struct FlashLoop {
   scf::ForOp outer, inner;
   linalg::GenericOp modifier;
-  Value q, k, v, bias, out, lse; // memrefs (bias may be null)
+  // Memrefs; bias may be null, and the scales are null unless K/V are i8
+  // (then kScale multiplies the integer dot products, vScale P after the
+  // row sum).
+  Value q, k, v, bias, kScale, vScale, out, lse;
   SmallVector<Operation *> materializations;
   bool vTransposed = false;
   int64_t g = 0, d = 0, bq = 0, bk = 0;

@@ -110,6 +110,11 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
       Value mt = loop(cI(0), bk, cI(1), ValueRange{splatF(negInf, kLanes)},
                       [&](Value j, ValueRange a) {
                         Value s = loadV(scores_, {j, col}, kLanes);
+                        // i8 K: the integer dot products times the key's
+                        // scale (the dequantized key's logits).
+                        if (f_.kScale)
+                          s = fmul(s, splat(loadS(f_.kScale, {add(j0, j)}),
+                                            kLanes));
                         Value bias;
                         if (f_.bias) {
                           SmallVector<Value> el;
@@ -136,7 +141,13 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
           loop(cI(0), bk, cI(1), ValueRange{splatF(0.0f, kLanes)},
                [&](Value j, ValueRange a) {
                  Value p = exp2(fsub(loadV(scores_, {j, col}, kLanes), ms));
-                 storeV(p, scores_, {j, col});
+                 // l sums P itself; P.V weighs the integer V row by
+                 // P * v_scale.
+                 Value pv = p;
+                 if (f_.vScale)
+                   pv = fmul(p,
+                             splat(loadS(f_.vScale, {add(j0, j)}), kLanes));
+                 storeV(pv, scores_, {j, col});
                  return SmallVector<Value>{fadd(a[0], p)};
                })[0];
       Value lOld = loadV(lrow_, {col}, kLanes);

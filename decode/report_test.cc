@@ -397,8 +397,9 @@ TEST(DecodeReportTest, PluginWithAnAppendBugFailsTheGate) {
 // gate holds (no allocation, exactly the quantized tokens and their scales
 // copied, the cache's bytes and scales audited), and the in-place rows carry
 // the end-to-end error against an unquantized cache -- small but not zero.
+// Every registered backend takes an i8 K/V (simd and compiled when built).
 TEST(DecodeReportTest, QuantizedCachePassesTheGateAndReportsItsError) {
-  for (const char* backend : {"reference", "simd"}) {
+  for (const std::string& backend : backends::RegisteredBackendNames()) {
     DecodeReportOptions o;
     o.config.layers = 2;
     o.config.q_heads = 4;

@@ -39,3 +39,22 @@ func.func @roles(%n: index) {
   } {attnkit.flash_role = #attnkit.flash_role<query_loop>}
   return
 }
+
+// -----
+
+// A quantized KV cache: i8 K/V, one f32 scale per key.
+// CHECK-LABEL: func.func @quantized_kv
+// CHECK:         attnkit.attention q(%{{.*}} : tensor<2x?x64xf32>) k(%{{.*}} : tensor<?x64xi8>) k_scale(%{{.*}} : tensor<?xf32>) v(%{{.*}} : tensor<?x64xi8>) v_scale(%{{.*}} : tensor<?xf32>) scale(%{{.*}}) -> tensor<2x?x64xf32>, tensor<2x?xf32> {
+func.func @quantized_kv(%q: tensor<2x?x64xf32>, %k: tensor<?x64xi8>,
+                        %ks: tensor<?xf32>, %v: tensor<?x64xi8>,
+                        %vs: tensor<?xf32>, %scale: f32)
+    -> (tensor<2x?x64xf32>, tensor<2x?xf32>) {
+  %o, %lse = attnkit.attention q(%q : tensor<2x?x64xf32>)
+      k(%k : tensor<?x64xi8>) k_scale(%ks : tensor<?xf32>)
+      v(%v : tensor<?x64xi8>) v_scale(%vs : tensor<?xf32>) scale(%scale)
+      -> tensor<2x?x64xf32>, tensor<2x?xf32> {
+  ^bb0(%i: index, %j: index, %x: f32):
+    attnkit.yield %x : f32
+  }
+  return %o, %lse : tensor<2x?x64xf32>, tensor<2x?xf32>
+}

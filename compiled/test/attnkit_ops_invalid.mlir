@@ -107,3 +107,62 @@ func.func @heads_disagree(%q: tensor<2x2x?x16xf32>, %k: tensor<3x?x16xf32>,
   }
   return
 }
+
+// -----
+
+func.func @i8_without_scales(%q: tensor<2x?x16xf32>, %k: tensor<?x16xi8>,
+                             %v: tensor<?x16xi8>, %s: f32) {
+  // expected-error @+1 {{expects k_scale and v_scale with i8 k and v}}
+  %o, %l = attnkit.attention q(%q : tensor<2x?x16xf32>) k(%k : tensor<?x16xi8>)
+      v(%v : tensor<?x16xi8>) scale(%s) -> tensor<2x?x16xf32>, tensor<2x?xf32> {
+  ^bb0(%i: index, %j: index, %x: f32):
+    attnkit.yield %x : f32
+  }
+  return
+}
+
+// -----
+
+func.func @one_scale(%q: tensor<2x?x16xf32>, %k: tensor<?x16xi8>,
+                     %ks: tensor<?xf32>, %v: tensor<?x16xi8>, %s: f32) {
+  // expected-error @+1 {{expects both k_scale and v_scale or neither}}
+  %o, %l = attnkit.attention q(%q : tensor<2x?x16xf32>) k(%k : tensor<?x16xi8>)
+      k_scale(%ks : tensor<?xf32>) v(%v : tensor<?x16xi8>) scale(%s)
+      -> tensor<2x?x16xf32>, tensor<2x?xf32> {
+  ^bb0(%i: index, %j: index, %x: f32):
+    attnkit.yield %x : f32
+  }
+  return
+}
+
+// -----
+
+func.func @scales_on_f32(%q: tensor<2x?x16xf32>, %k: tensor<?x16xf32>,
+                         %ks: tensor<?xf32>, %v: tensor<?x16xf32>,
+                         %vs: tensor<?xf32>, %s: f32) {
+  // expected-error @+1 {{expects i8 k and v with k_scale and v_scale}}
+  %o, %l = attnkit.attention q(%q : tensor<2x?x16xf32>) k(%k : tensor<?x16xf32>)
+      k_scale(%ks : tensor<?xf32>) v(%v : tensor<?x16xf32>)
+      v_scale(%vs : tensor<?xf32>) scale(%s)
+      -> tensor<2x?x16xf32>, tensor<2x?xf32> {
+  ^bb0(%i: index, %j: index, %x: f32):
+    attnkit.yield %x : f32
+  }
+  return
+}
+
+// -----
+
+func.func @scale_per_dim(%q: tensor<2x?x16xf32>, %k: tensor<8x16xi8>,
+                         %ks: tensor<16xf32>, %v: tensor<8x16xi8>,
+                         %vs: tensor<16xf32>, %s: f32) {
+  // expected-error @+1 {{expects f32 k_scale and v_scale of one scale per key, got 'tensor<16xf32>'}}
+  %o, %l = attnkit.attention q(%q : tensor<2x?x16xf32>) k(%k : tensor<8x16xi8>)
+      k_scale(%ks : tensor<16xf32>) v(%v : tensor<8x16xi8>)
+      v_scale(%vs : tensor<16xf32>) scale(%s)
+      -> tensor<2x?x16xf32>, tensor<2x?xf32> {
+  ^bb0(%i: index, %j: index, %x: f32):
+    attnkit.yield %x : f32
+  }
+  return
+}

@@ -13,8 +13,8 @@
 // NAIVE: iterator_types = ["parallel", "parallel", "reduction", "parallel"]
 
 // Window: the KV loop starts at max(0, p0 + i0 - W + 1).
-// FUSED: %[[P:.*]] = arith.addi %arg9, %arg7 : index
-// FUSED: %[[LOW:.*]] = arith.subi %[[P]], %arg8 : index
+// FUSED: %[[P:.*]] = arith.addi %arg11, %arg9 : index
+// FUSED: %[[LOW:.*]] = arith.subi %[[P]], %arg10 : index
 // FUSED: %[[LO1:.*]] = arith.addi %[[LOW]], %{{.*}} : index
 // FUSED: %[[LO:.*]] = arith.maxsi %{{.*}}, %[[LO1]] : index
 // FUSED: scf.for %{{.*}} = %[[LO]] to
