@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,11 +22,15 @@ namespace {
 
 using harness::testing::ExpectMatchesOracle;
 
-// Every mask x dtype x layout, ragged batches (empty sequences included),
-// GQA groups 1/2/4, head_dim not a multiple of the vector width, lengths
-// that straddle the 16-row and 64-key tiles.
-TEST(CompiledBackendTest, SweepAgainstOracle) {
-  Rng shapes(7);
+// One problem per mask x q dtype x layout (24), its heads, head_dim and
+// window drawn from `shapes`: kv heads 1..2, the group from `groups`, head_dim
+// from `dims`; `lengths` sets batch, q_lens and kv_lens (and may check which
+// kernel the problem takes). Each is held to the oracle (case seed
+// `seed_base` + its index).
+template <typename Lengths>
+void SweepAgainstOracle(Rng &shapes, std::vector<int64_t> groups,
+                        std::vector<int64_t> dims, std::optional<DType> kvDtype,
+                        uint64_t seedBase, Lengths lengths) {
   int cases = 0;
   for (MaskKind mask :
        {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
@@ -33,27 +38,46 @@ TEST(CompiledBackendTest, SweepAgainstOracle) {
       for (KvLayout layout :
            {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
         AttentionProblem p;
-        p.batch = shapes.Range(1, 3);
         p.kv_heads = shapes.Range(1, 2);
-        p.q_heads = p.kv_heads * (int64_t{1} << shapes.Range(0, 2));
-        p.head_dim = std::vector<int64_t>{8, 33, 64}[shapes.Below(3)];
+        p.q_heads = p.kv_heads * groups[shapes.Below(groups.size())];
+        p.head_dim = dims[shapes.Below(dims.size())];
         p.mask = mask;
         p.dtype = dtype;
+        p.kv_dtype = kvDtype;
         p.layout = layout;
         if (mask == MaskKind::kWindow)
           p.window = shapes.Range(1, 70);
-        p.q_lens.clear();
-        p.kv_lens.clear();
-        for (int64_t b = 0; b < p.batch; ++b) {
-          const int64_t kv = shapes.Range(0, 150);
-          p.kv_lens.push_back(kv);
-          p.q_lens.push_back(shapes.Range(0, std::min<int64_t>(kv, 90)));
-        }
+        lengths(p);
+        if (::testing::Test::HasFatalFailure())
+          return;
+        ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok()) << p.ToString();
         SCOPED_TRACE(p.ToString());
-        ExpectMatchesOracle(*MakeCompiledBackend(), p, cases);
+        ExpectMatchesOracle(*MakeCompiledBackend(), p, seedBase + cases);
         ++cases;
       }
   EXPECT_EQ(cases, 24);
+}
+
+// Ragged batches of 1..3 (empty sequences included), lengths that straddle
+// the 16-row and 64-key tiles.
+void RaggedLengths(Rng &shapes, AttentionProblem &p) {
+  p.batch = shapes.Range(1, 3);
+  p.q_lens.clear();
+  p.kv_lens.clear();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t kv = shapes.Range(0, 150);
+    p.kv_lens.push_back(kv);
+    p.q_lens.push_back(shapes.Range(0, std::min<int64_t>(kv, 90)));
+  }
+}
+
+// Every mask x dtype x layout, ragged batches (empty sequences included),
+// GQA groups 1/2/4, head_dim not a multiple of the vector width, lengths
+// that straddle the 16-row and 64-key tiles.
+TEST(CompiledBackendTest, SweepAgainstOracle) {
+  Rng shapes(7);
+  SweepAgainstOracle(shapes, {1, 2, 4}, {8, 33, 64}, std::nullopt, 0,
+                     [&](AttentionProblem &p) { RaggedLengths(shapes, p); });
 }
 
 // The decode kernel (q_len < 4: K/V rows streamed, softmax along keys) on
@@ -61,30 +85,14 @@ TEST(CompiledBackendTest, SweepAgainstOracle) {
 // groups 1/2/4, ragged q_len 0..3 and kv_len straddling the 64-key tile.
 TEST(CompiledBackendTest, DecodeKernelSweepAgainstOracle) {
   Rng shapes(13);
-  int cases = 0;
-  for (MaskKind mask :
-       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
-    for (DType dtype : {DType::kF32, DType::kBF16})
-      for (KvLayout layout :
-           {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
-        AttentionProblem p;
+  SweepAgainstOracle(
+      shapes, {1, 2, 4}, {8, 33, 64}, std::nullopt, 100,
+      [&](AttentionProblem &p) {
         p.batch = 2;
-        p.kv_heads = shapes.Range(1, 2);
-        p.q_heads = p.kv_heads * (int64_t{1} << shapes.Range(0, 2));
-        p.head_dim = std::vector<int64_t>{8, 33, 64}[shapes.Below(3)];
-        p.mask = mask;
-        p.dtype = dtype;
-        p.layout = layout;
-        if (mask == MaskKind::kWindow)
-          p.window = shapes.Range(1, 70);
         p.kv_lens = {shapes.Range(1, 150), shapes.Range(60, 140)};
         p.q_lens = {shapes.Range(0, 3), 1};
         ASSERT_EQ(specFor(p).queryTile, 1);
-        SCOPED_TRACE(p.ToString());
-        ExpectMatchesOracle(*MakeCompiledBackend(), p, 100 + cases);
-        ++cases;
-      }
-  EXPECT_EQ(cases, 24);
+      });
 }
 
 // A quantized KV cache (kv_dtype=i8: int8 rows, one f32 scale per token
@@ -92,35 +100,18 @@ TEST(CompiledBackendTest, DecodeKernelSweepAgainstOracle) {
 // k_scale on the logits, v_scale on P after the row sum. Every mask x q
 // dtype x layout, GQA groups 1/2/4, head_dim 8/33/64/128 (odd ones take the
 // masked tail loads of int8 rows), ragged q_len 0..3 and kv_len straddling
-// the 64-key tile; the oracle works on the dequantized values as stored.
+// the 64-key tile, an empty third sequence; the oracle works on the
+// dequantized values as stored.
 TEST(CompiledBackendTest, QuantizedKvDecodeSweepAgainstOracle) {
   Rng shapes(31);
-  int cases = 0;
-  for (MaskKind mask :
-       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
-    for (DType dtype : {DType::kF32, DType::kBF16})
-      for (KvLayout layout :
-           {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
-        AttentionProblem p;
+  SweepAgainstOracle(
+      shapes, {1, 2, 4}, {8, 33, 64, 128}, DType::kI8, 300,
+      [&](AttentionProblem &p) {
         p.batch = 3;
-        p.kv_heads = shapes.Range(1, 2);
-        p.q_heads = p.kv_heads * (int64_t{1} << shapes.Range(0, 2));
-        p.head_dim = std::vector<int64_t>{8, 33, 64, 128}[shapes.Below(4)];
-        p.mask = mask;
-        p.dtype = dtype;
-        p.kv_dtype = DType::kI8;
-        p.layout = layout;
-        if (mask == MaskKind::kWindow)
-          p.window = shapes.Range(1, 70);
         p.kv_lens = {shapes.Range(1, 150), shapes.Range(60, 140), 0};
         p.q_lens = {shapes.Range(0, 3), 1, 0};
         ASSERT_EQ(specFor(p).queryTile, 1);
-        ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok()) << p.ToString();
-        SCOPED_TRACE(p.ToString());
-        ExpectMatchesOracle(*MakeCompiledBackend(), p, 300 + cases);
-        ++cases;
-      }
-  EXPECT_EQ(cases, 24);
+      });
 }
 
 // The prefill kernel (16-row query tiles) on an i8 cache: the key's scale
@@ -130,39 +121,14 @@ TEST(CompiledBackendTest, QuantizedKvDecodeSweepAgainstOracle) {
 // sequences, lengths straddling the 16-row and 64-key tiles.
 TEST(CompiledBackendTest, QuantizedKvPrefillSweepAgainstOracle) {
   Rng shapes(37);
-  int cases = 0;
-  for (MaskKind mask :
-       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
-    for (DType dtype : {DType::kF32, DType::kBF16})
-      for (KvLayout layout :
-           {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
-        AttentionProblem p;
-        p.batch = shapes.Range(1, 3);
-        p.kv_heads = shapes.Range(1, 2);
-        p.q_heads = p.kv_heads * shapes.Range(1, 4);
-        p.head_dim = std::vector<int64_t>{8, 33, 64}[shapes.Below(3)];
-        p.mask = mask;
-        p.dtype = dtype;
-        p.kv_dtype = DType::kI8;
-        p.layout = layout;
-        if (mask == MaskKind::kWindow)
-          p.window = shapes.Range(1, 70);
-        p.q_lens.clear();
-        p.kv_lens.clear();
-        for (int64_t b = 0; b < p.batch; ++b) {
-          const int64_t kv = shapes.Range(0, 150);
-          p.kv_lens.push_back(kv);
-          p.q_lens.push_back(shapes.Range(0, std::min<int64_t>(kv, 90)));
-        }
-        // At least one sequence takes the prefill kernel.
-        p.kv_lens[0] = std::max<int64_t>(p.kv_lens[0], 20);
-        p.q_lens[0] = std::max<int64_t>(p.q_lens[0], 17);
-        ASSERT_EQ(specFor(p).queryTile, kPrefillQueryTile);
-        SCOPED_TRACE(p.ToString());
-        ExpectMatchesOracle(*MakeCompiledBackend(), p, 400 + cases);
-        ++cases;
-      }
-  EXPECT_EQ(cases, 24);
+  SweepAgainstOracle(shapes, {1, 2, 3, 4}, {8, 33, 64}, DType::kI8, 400,
+                     [&](AttentionProblem &p) {
+                       RaggedLengths(shapes, p);
+                       // At least one sequence takes the prefill kernel.
+                       p.kv_lens[0] = std::max<int64_t>(p.kv_lens[0], 20);
+                       p.q_lens[0] = std::max<int64_t>(p.q_lens[0], 17);
+                       ASSERT_EQ(specFor(p).queryTile, kPrefillQueryTile);
+                     });
 }
 
 // i8 decode with one head: the keys split over the threads (flash-decoding),
@@ -272,8 +238,8 @@ TEST(CompiledBackendTest, QuantizedKvDecodeStepsAllocateNothing) {
       const std::span<const int64_t> lens = cache->lengths(0);
       p.kv_lens.assign(lens.begin(), lens.end());
       const KvCache::View kv = cache->Prefix(0);
-      const AttentionArgs args{q.view,  kv.k, kv.v, {}, out.view,
-                               kv.k_scale, kv.v_scale};
+      const AttentionArgs args{q.view,   kv.k,       kv.v,      {},
+                               out.view, kv.k_scale, kv.v_scale};
       ASSERT_TRUE(compiled->Attention(p, args).ok());
       const accounting::Counts c = meter.Read();
       // Step 0 compiles the kernels and sizes the workspaces.
@@ -350,9 +316,9 @@ TEST(CompiledBackendTest, QuantizedAppendKvBitExactWithStridedAppend) {
         FillNormal(nv.view, rng);
         const std::vector<int64_t> pos{7, 3, 35}, lens{3, 0, 5};
         KvAppendArgs ref{kc[0].view, vc[0].view, nk.view,    nv.view,
-                         pos,         lens,        ks[0].view, vs[0].view};
+                         pos,        lens,       ks[0].view, vs[0].view};
         KvAppendArgs got{kc[1].view, vc[1].view, nk.view,    nv.view,
-                         pos,         lens,        ks[1].view, vs[1].view};
+                         pos,        lens,       ks[1].view, vs[1].view};
         AppendKvStrided(ref);
         accounting::Meter meter;
         ASSERT_TRUE(backend->AppendKv(got).ok());
@@ -369,8 +335,8 @@ TEST(CompiledBackendTest, QuantizedAppendKvBitExactWithStridedAppend) {
         // The rows really landed: a stored key dequantizes to the token
         // within half a quantization step.
         const float x = nk.view.Load(2, 1, 4, 23);
-        const float deq = kc[1].view.Load(2, 1, 39, 23) *
-                          ks[1].view.Load(2, 1, 39, 0);
+        const float deq =
+            kc[1].view.Load(2, 1, 39, 23) * ks[1].view.Load(2, 1, 39, 0);
         EXPECT_NEAR(deq, x, 0.5f * ks[1].view.Load(2, 1, 39, 0) + 1e-6f);
         ++checked;
       }

@@ -155,15 +155,22 @@ TEST(DecodeReportTest, DeclinedConfigurationsAreSkippedNotFailed) {
   EXPECT_FALSE(report->nothing_compared());
 }
 
-TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
+// A small stack: 2 layers, GQA 4:2 of 16, 4 steps from contexts of 8 and
+// 64 tokens.
+DecodeReportOptions SmallRun() {
   DecodeReportOptions o;
   o.config.layers = 2;
   o.config.q_heads = 4;
   o.config.kv_heads = 2;
   o.config.head_dim = 16;
   o.config.steps = 4;
-  o.config.layout = KvLayout::kBSHD;
   o.start_lens = {8, 64};
+  return o;
+}
+
+TEST(DecodeReportTest, SmallRunPassesTheGateAndWritesExactlyTheKeys) {
+  DecodeReportOptions o = SmallRun();
+  o.config.layout = KvLayout::kBSHD;
   auto report = RunDecodeReport(o, nullptr);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->failures.empty()) << report->failures.front();
@@ -400,14 +407,8 @@ TEST(DecodeReportTest, PluginWithAnAppendBugFailsTheGate) {
 // Every registered backend takes an i8 K/V (simd and compiled when built).
 TEST(DecodeReportTest, QuantizedCachePassesTheGateAndReportsItsError) {
   for (const std::string& backend : backends::RegisteredBackendNames()) {
-    DecodeReportOptions o;
-    o.config.layers = 2;
-    o.config.q_heads = 4;
-    o.config.kv_heads = 2;
-    o.config.head_dim = 16;
-    o.config.steps = 4;
+    DecodeReportOptions o = SmallRun();
     o.config.kv_dtype = DType::kI8;
-    o.start_lens = {8, 64};
     o.backends.push_back({backend, backends::TraitsOf(backend), {}});
     auto report = RunDecodeReport(o, nullptr);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
