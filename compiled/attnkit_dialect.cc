@@ -12,6 +12,21 @@
 
 using namespace mlir;
 
+// ASan builds only (the fuzz and asan presets). LLVM's BumpPtrAllocator
+// poisons each new slab from whichever translation unit starts it and
+// unpoisons each allocation carved from it -- but only in code compiled with
+// ASan. Debian's libMLIR is not: when one of our instrumented translation
+// units starts a slab (a flash_role attribute's storage, say), what libMLIR
+// then allocates from that slab stays poisoned, and its next memmove into
+// it is reported as use-after-poison (DenseArrayAttr::get under the
+// verifier, building the AOT kernels with attnkit-compile, 2026-11-25). That
+// poisoning is LLVM's bookkeeping, not a bug of ours, so every binary that
+// links this dialect turns user poisoning off; ASan's own checks (heap,
+// stack, globals, use-after-free) stay on.
+extern "C" const char *__asan_default_options() {
+  return "allow_user_poisoning=0";
+}
+
 #include "compiled/AttnkitDialect.cpp.inc"
 #include "compiled/AttnkitEnums.cpp.inc"
 
@@ -118,9 +133,8 @@ LogicalResult AttentionOp::verify() {
   if (!quantized && k.getElementType().isInteger(8))
     return emitOpError("expects k_scale and v_scale with i8 k and v");
   if (k.getElementType() != kvElem || v.getElementType() != kvElem)
-    return emitOpError(quantized
-                           ? "expects i8 k and v with k_scale and v_scale"
-                           : "expects q, k and v of one element type");
+    return emitOpError(quantized ? "expects i8 k and v with k_scale and v_scale"
+                                 : "expects q, k and v of one element type");
   const int64_t g = q.getDimSize(lead), d = q.getDimSize(lead + 2);
   if (ShapedType::isDynamic(g) || ShapedType::isDynamic(d))
     return emitOpError("expects a static group size and head_dim");
@@ -256,12 +270,11 @@ AttentionOp::getTiledImplementation(OpBuilder &b,
   Value q = slice(getQuery()), k = slice(getKey()), v = slice(getValue()),
         bias = slice(getBias()), kScale = slice(getKeyScale()),
         vScale = slice(getValueScale());
-  auto tiled =
-      AttentionOp::create(b, loc,
-                          TypeRange{withHeads(getOutput().getType(), sizes[0]),
-                                    withHeads(getLse().getType(), sizes[0])},
-                          q, k, v, getScale(), bias, kScale, vScale,
-                          getVTransposedAttr());
+  auto tiled = AttentionOp::create(
+      b, loc,
+      TypeRange{withHeads(getOutput().getType(), sizes[0]),
+                withHeads(getLse().getType(), sizes[0])},
+      q, k, v, getScale(), bias, kScale, vScale, getVTransposedAttr());
   IRMapping map;
   getModifier().cloneInto(&tiled.getModifier(), map);
   return TilingResult{{tiled}, SmallVector<Value>(tiled->getResults()), slices};

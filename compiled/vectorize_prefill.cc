@@ -107,29 +107,28 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
       Value g = arith::DivUIOp::create(b_, loc_, col, cI(f_.bq));
       Value ibase = arith::RemUIOp::create(b_, loc_, col, cI(f_.bq));
       Value iv = iota(ibase, kLanes);
-      Value mt = loop(cI(0), bk, cI(1), ValueRange{splatF(negInf, kLanes)},
-                      [&](Value j, ValueRange a) {
-                        Value s = loadV(scores_, {j, col}, kLanes);
-                        // i8 K: the integer dot products times the key's
-                        // scale (the dequantized key's logits).
-                        if (f_.kScale)
-                          s = fmul(s, splat(loadS(f_.kScale, {add(j0, j)}),
-                                            kLanes));
-                        Value bias;
-                        if (f_.bias) {
-                          SmallVector<Value> el;
-                          Value key = add(j0, j);
-                          for (int64_t l = 0; l < kLanes; ++l) {
-                            Value i = minI(add(ibase, cI(l)), sub(bq, cI(1)));
-                            el.push_back(loadS(f_.bias, {g, add(i0, i), key}));
-                          }
-                          bias = vector::FromElementsOp::create(
-                              b_, loc_, vec(kLanes), el);
-                        }
-                        Value s2 = modifier(s, bias, g, iv, j, i0, j0);
-                        storeV(s2, scores_, {j, col});
-                        return SmallVector<Value>{fmax(a[0], s2)};
-                      })[0];
+      Value mt = loop(
+          cI(0), bk, cI(1), ValueRange{splatF(negInf, kLanes)},
+          [&](Value j, ValueRange a) {
+            Value s = loadV(scores_, {j, col}, kLanes);
+            // i8 K: the integer dot products times the key's
+            // scale (the dequantized key's logits).
+            if (f_.kScale)
+              s = fmul(s, splat(loadS(f_.kScale, {add(j0, j)}), kLanes));
+            Value bias;
+            if (f_.bias) {
+              SmallVector<Value> el;
+              Value key = add(j0, j);
+              for (int64_t l = 0; l < kLanes; ++l) {
+                Value i = minI(add(ibase, cI(l)), sub(bq, cI(1)));
+                el.push_back(loadS(f_.bias, {g, add(i0, i), key}));
+              }
+              bias = vector::FromElementsOp::create(b_, loc_, vec(kLanes), el);
+            }
+            Value s2 = modifier(s, bias, g, iv, j, i0, j0);
+            storeV(s2, scores_, {j, col});
+            return SmallVector<Value>{fmax(a[0], s2)};
+          })[0];
       Value mOld = loadV(mrow_, {col}, kLanes);
       Value mn = fmax(mOld, mt);
       Value isNinf = arith::CmpFOp::create(b_, loc_, arith::CmpFPredicate::OEQ,
@@ -145,8 +144,7 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
                  // P * v_scale.
                  Value pv = p;
                  if (f_.vScale)
-                   pv = fmul(p,
-                             splat(loadS(f_.vScale, {add(j0, j)}), kLanes));
+                   pv = fmul(p, splat(loadS(f_.vScale, {add(j0, j)}), kLanes));
                  storeV(pv, scores_, {j, col});
                  return SmallVector<Value>{fadd(a[0], p)};
                })[0];

@@ -114,7 +114,7 @@ Status Stepper::StepLayer(AttentionProblem& problem, int64_t l,
     const auto lens = cache_->lengths(l);
     std::copy(lens.begin(), lens.end(), problem.kv_lens.begin());
     problem.layout = cache_->config().layout;
-    const AttentionArgs args{in.q,   kv.k,      kv.v,     in.bias,
+    const AttentionArgs args{in.q,   kv.k,       kv.v,      in.bias,
                              in.out, kv.k_scale, kv.v_scale};
     return InLayer(l, "attention", backend_->Attention(problem, args));
   }
@@ -140,7 +140,7 @@ Status Stepper::StepLayer(AttentionProblem& problem, int64_t l,
       if (t.data == nullptr) return t;
       return t.Slice({b, 0, 0, 0}, {1, t.shape[1], t.shape[2], t.shape[3]});
     };
-    const AttentionArgs args{row(in.q),   kv.K(b),     kv.V(b),
+    const AttentionArgs args{row(in.q),    kv.K(b),     kv.V(b),
                              row(in.bias), row(in.out), kv.KScale(b),
                              kv.VScale(b)};
     ATTNKIT_RETURN_IF_ERROR(

@@ -1,8 +1,9 @@
 // FuzzedDataProvider -> a differential-test case (problem, value profile,
-// padding, decode steps, q/out layouts, shared bias) -> every registered backend against the f64 oracle
-// with the harness's tolerance model (harness/runner.h). A mismatch, a
-// NaN/Inf the oracle does not have, a stray write, a KV-cache difference or an
-// error on a supported problem aborts with the harness's one-line reproducer.
+// padding, decode steps, q/out layouts, shared bias) -> every registered
+// backend against the f64 oracle with the harness's tolerance model
+// (harness/runner.h). A mismatch, a NaN/Inf the oracle does not have, a stray
+// write, a KV-cache difference or an error on a supported problem aborts with
+// the harness's one-line reproducer.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdio>

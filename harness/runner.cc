@@ -132,7 +132,8 @@ class InputGuard {
         const auto value = [&](const std::byte* base) {
           const std::byte* e = base + elem * esize;
           if (esize == 1) {
-            return std::to_string(static_cast<int>(std::to_integer<int8_t>(*e)));
+            return std::to_string(
+                static_cast<int>(std::to_integer<int8_t>(*e)));
           }
           return std::to_string(esize == 4 ? std::bit_cast<float>(Word(e))
                                            : Bf16At(e));
@@ -358,11 +359,10 @@ std::string CompareCache(const char* which, const TensorView& cache,
   const int64_t esize = DTypeSize(cache.dtype);
   const auto* base = static_cast<const unsigned char*>(cache.data);
   for (int64_t b = 0; b < cache.shape[0]; ++b) {
-    const TensorView want = tensor == CacheTensor::kK   ? golden.K(b)
-                            : tensor == CacheTensor::kV ? golden.V(b)
-                            : tensor == CacheTensor::kKScale
-                                ? golden.KScale(b)
-                                : golden.VScale(b);
+    const TensorView want = tensor == CacheTensor::kK        ? golden.K(b)
+                            : tensor == CacheTensor::kV      ? golden.V(b)
+                            : tensor == CacheTensor::kKScale ? golden.KScale(b)
+                                                             : golden.VScale(b);
     const auto* wbase = static_cast<const unsigned char*>(want.data);
     const int64_t len = golden.length(b);
     for (int64_t h = 0; h < cache.shape[1]; ++h)
@@ -522,8 +522,8 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         golden.Append(new_k.view, new_v.view, new_lens).status());
     // The oracle and the naive reference read the keys where they were
     // drawn; each backend reads its own cache, whose bytes are checked equal.
-    const AttentionArgs truth_args{q.view,   stored.k,        stored.v,
-                                   bias.view, out.view,      stored.k_scale,
+    const AttentionArgs truth_args{q.view,        stored.k, stored.v,
+                                   bias.view,     out.view, stored.k_scale,
                                    stored.v_scale};
     ATTNKIT_ASSIGN_OR_RETURN(reference::Truth truth,
                              reference::ComputeTruth(ps, truth_args));
@@ -559,13 +559,14 @@ StatusOr<std::vector<CheckResult>> RunDecode(
         continue;
       }
       const KvCache::View full = caches[i].Full(0);
-      std::string diff = CompareCache("k_cache", full.k, golden, CacheTensor::kK);
+      std::string diff =
+          CompareCache("k_cache", full.k, golden, CacheTensor::kK);
       if (diff.empty()) {
         diff = CompareCache("v_cache", full.v, golden, CacheTensor::kV);
       }
       if (diff.empty() && p.quantized_kv()) {
-        diff = CompareCache("k_scale", full.k_scale, golden,
-                            CacheTensor::kKScale);
+        diff =
+            CompareCache("k_scale", full.k_scale, golden, CacheTensor::kKScale);
         if (diff.empty()) {
           diff = CompareCache("v_scale", full.v_scale, golden,
                               CacheTensor::kVScale);

@@ -2,8 +2,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <tuple>
 #include <string>
+#include <tuple>
 
 #include "runtime/accounting.h"
 #include "runtime/problem.h"
@@ -43,8 +43,8 @@ StatusOr<int64_t> ConcatKv::Append(const TensorView& new_k,
   const bool quantized = dtype_ == DType::kI8;
   for (const TensorView* t : {&new_k, &new_v}) {
     if ((quantized ? t->dtype == DType::kI8 : t->dtype != dtype_) ||
-        t->shape[0] != batch_ ||
-        t->shape[1] != kv_heads_ || t->shape[3] != head_dim_) {
+        t->shape[0] != batch_ || t->shape[1] != kv_heads_ ||
+        t->shape[3] != head_dim_) {
       return Status::InvalidArgument(
           "concat append: new tokens " + t->DebugString() +
           " do not match batch=" + std::to_string(batch_) +
@@ -86,8 +86,8 @@ StatusOr<int64_t> ConcatKv::Append(const TensorView& new_k,
   for (int64_t b = 0; b < batch_; ++b) {
     Seq& s = seqs_[b];
     const int64_t n = new_lens[b], len = s.len + n;
-    for (auto [old, old_scales, src] : {std::tuple{&s.k, &s.ks, &new_k},
-                                        std::tuple{&s.v, &s.vs, &new_v}}) {
+    for (auto [old, old_scales, src] :
+         {std::tuple{&s.k, &s.ks, &new_k}, std::tuple{&s.v, &s.vs, &new_v}}) {
       auto grown = std::make_unique<std::byte[]>(
           static_cast<size_t>(kv_heads_ * len * head_dim_ * esize));
       std::unique_ptr<std::byte[]> grown_scales;
@@ -110,10 +110,10 @@ StatusOr<int64_t> ConcatKv::Append(const TensorView& new_k,
             quantized ? reinterpret_cast<float*>(grown_scales.get()) + h * len
                       : nullptr;
         if (quantized && s.len > 0) {
-          std::memcpy(scales,
-                      reinterpret_cast<const float*>(old_scales->get()) +
-                          h * s.len,
-                      static_cast<size_t>(s.len * ssize));
+          std::memcpy(
+              scales,
+              reinterpret_cast<const float*>(old_scales->get()) + h * s.len,
+              static_cast<size_t>(s.len * ssize));
         }
         for (int64_t t = 0; t < n; ++t) {
           if (quantized) {

@@ -58,8 +58,7 @@ StridedMap HeadMatrix(const TensorView& t, int64_t b, int64_t h, int64_t rows,
   }
   float* out = Workspace::Get(scratch, rows * cols);
   for (int64_t r = 0; r < rows; ++r) {
-    const float scale =
-        t.dtype == DType::kI8 ? scales.Load(b, h, r, 0) : 1.0f;
+    const float scale = t.dtype == DType::kI8 ? scales.Load(b, h, r, 0) : 1.0f;
     for (int64_t c = 0; c < cols; ++c) {
       out[r * cols + c] = t.Load(b, h, r, c) * scale;
     }

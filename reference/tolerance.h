@@ -96,7 +96,8 @@ double FloorMean(DType dtype);  // 8 eps
 // bounds: a kernel running with denormals flushed to zero (DAZ/FTZ, common
 // in SIMD code for speed: a denormal operand costs ~100 cycles on x86)
 // reads the `tiny` profile's denormal keys and values as 0, which moves
-// an output by ~1e-39 at most: not an attention bug. NaN/Inf are still caught there.
+// an output by ~1e-39 at most: not an attention bug. NaN/Inf are still caught
+// there.
 inline constexpr double kFlushToZeroAllowance = 1.1754943508222875e-38;
 
 // Units of eps * LogitSensitivity allowed on top: the naive reference's own

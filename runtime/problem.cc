@@ -424,8 +424,8 @@ Status CheckKvAndBias(const AttentionProblem& p, const KvViews& kv,
   ATTNKIT_RETURN_IF_ERROR(CheckTensorView(
       v_name, kv.v, kv_dtype, {p.batch, p.kv_heads, mkv, p.head_dim}, true,
       p.head_dim, p.layout == KvLayout::kTransposedV ? 2 : 3));
-  for (const auto& [name, scale] : {std::pair{k_name, &kv.k_scale},
-                                    std::pair{v_name, &kv.v_scale}}) {
+  for (const auto& [name, scale] :
+       {std::pair{k_name, &kv.k_scale}, std::pair{v_name, &kv.v_scale}}) {
     const std::string scale_name = std::string(name) + "_scale";
     if (kv_dtype == DType::kI8) {
       if (scale->is_null() && mkv > 0) {

@@ -134,8 +134,10 @@ StatusOr<AttentionData> AttentionData::Create(const AttentionProblem& p,
                             KvStrides(p.layout, true, kvshape));
     if (p.quantized_kv()) {
       const std::array<int64_t, 4> sshape{p.batch, p.kv_heads, mkv, 1};
-      d.k_scale_ = Tensor::Allocate(DType::kF32, sshape, KvScaleStrides(sshape));
-      d.v_scale_ = Tensor::Allocate(DType::kF32, sshape, KvScaleStrides(sshape));
+      d.k_scale_ =
+          Tensor::Allocate(DType::kF32, sshape, KvScaleStrides(sshape));
+      d.v_scale_ =
+          Tensor::Allocate(DType::kF32, sshape, KvScaleStrides(sshape));
     }
     if (p.mask == MaskKind::kBias) {
       d.bias_ = Tensor::Contiguous(DType::kF32, {p.batch, bias_heads, mq, mkv});
@@ -249,9 +251,9 @@ void AttentionData::Fill(const AttentionProblem& p, Rng& rng,
     k_values = Tensor::Contiguous(DType::kF32, k_.view.shape);
     v_values = Tensor::Contiguous(DType::kF32, v_.view.shape);
   }
-  const TensorView &q = q_.view;
-  const TensorView &k = p.quantized_kv() ? k_values.view : k_.view;
-  const TensorView &v = p.quantized_kv() ? v_values.view : v_.view;
+  const TensorView& q = q_.view;
+  const TensorView& k = p.quantized_kv() ? k_values.view : k_.view;
+  const TensorView& v = p.quantized_kv() ? v_values.view : v_.view;
   auto fill = [&](const TensorView& t, uint64_t tag, float stddev) {
     FillByCoordinates(t, key, tag, stddev, origins);
   };
