@@ -461,6 +461,9 @@ int Check(int argc, char** argv) {
   // their scales written), the cache and its scales audited after every
   // append; a backend that declines i8 is skipped there, with its reason.
   if (!report->interrupted) {
+    // The table out before the next report's progress lines on stderr (a
+    // CI log that merges both streams would cut a line of it in two).
+    std::fflush(stdout);
     decode::DecodeReportOptions q = d;
     q.config.kv_dtype = DType::kI8;
     q.start_lens = {1024};
