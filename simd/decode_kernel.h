@@ -58,7 +58,8 @@ struct DecodeKernel {
           bf16(kv == DType::kBF16),
           i8(kv == DType::kI8),
           tv(p.layout == KvLayout::kTransposedV),
-          dot(X::kBf16Dot && bf16 && d % 32 == 0),
+          dot(X::kBf16Dot && d % 32 == 0 &&
+              (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkI8))),
           in_place(d % W == 0),
           k_type(in_place ? kv : DType::kF32),
           esize(DTypeSize(kv)),
@@ -83,7 +84,7 @@ struct DecodeKernel {
     const int64_t end;  // one past the last key any row sees
     const DType kv;     // K/V storage (q is f32 or bf16 on its own)
     const bool bf16, i8, tv;
-    const bool dot;       // QK^T on vdpbf16ps (q and K bf16)
+    const bool dot;       // QK^T on vdpbf16ps: q bf16, K bf16 or int8
     const bool in_place;  // K and V rows read in place: d % W == 0
     const DType k_type;   // K rows as QK^T reads them (widened in registers)
     const int64_t esize, ahead_keys;
@@ -237,6 +238,55 @@ struct DecodeKernel {
     }
   }
 
+  // S[s0 .. s0 + Rh) at the tile's keys [jb, jb + W) for an int8 K read in
+  // place (AVX-512): QkI8 per row group, the keys' scales applied there.
+  ATTNKIT_SIMD_STEP static void QkRowsI8(const Item& it, const Tile& t,
+                                         int64_t kvh, int64_t s0, int64_t jb) {
+#if defined(__AVX512F__)
+    if constexpr (Micro::kQkI8) {
+      const AttentionArgs& a = it.a;
+      const int64_t b = it.job.batch, j = t.j0 + jb;
+      const int64_t nk = t.nt - jb < W ? t.nt - jb : W;
+      const int8_t* k = a.k.As<int8_t>() + a.k.Offset(b, kvh, j, 0);
+      const float* sp = a.k_scale.As<float>() + a.k_scale.Offset(b, kvh, j, 0);
+      const int64_t ss = a.k_scale.strides[2];
+      __m512 sv;
+      if (nk == W && ss == 1) {
+        sv = _mm512_loadu_ps(sp);
+      } else {
+        alignas(64) float tail[W];
+        for (int kk = 0; kk < W; ++kk) tail[kk] = kk < nk ? sp[kk * ss] : 1.0f;
+        sv = _mm512_load_ps(tail);
+      }
+      const AheadRows k_ahead = KeysAhead(it, t, kvh, jb);
+      PrefetchNextVt(it, t, kvh, jb);
+      const int64_t ks = a.k.strides[2];
+      for (int64_t r0 = s0; r0 < s0 + it.Rh; r0 += kQkRowGroup) {
+        const int rn = static_cast<int>(
+            s0 + it.Rh - r0 < kQkRowGroup ? s0 + it.Rh - r0 : kQkRowGroup);
+        float* srow = it.sm + r0 * kDecodeTileKeys + jb;
+        const AheadRows& ahead = r0 == s0 ? k_ahead : AheadRows{};
+        if (rn == 1) {
+          Micro::template QkI8<1>(it.dot, it.q, it.De, it.d, r0, rn, k, ks, nk,
+                                  it.zero, sv, srow, ahead);
+        } else if (rn == 2) {
+          Micro::template QkI8<2>(it.dot, it.q, it.De, it.d, r0, rn, k, ks, nk,
+                                  it.zero, sv, srow, ahead);
+        } else if (rn <= 4) {
+          Micro::template QkI8<4>(it.dot, it.q, it.De, it.d, r0, rn, k, ks, nk,
+                                  it.zero, sv, srow, ahead);
+        } else {
+          Micro::template QkI8<kQkRowGroup>(it.dot, it.q, it.De, it.d, r0, rn,
+                                            k, ks, nk, it.zero, sv, srow,
+                                            ahead);
+        }
+      }
+      return;
+    }
+#endif
+    (void)it, (void)t, (void)kvh, (void)s0, (void)jb;
+  }
+
   // S = Q K^T over the tile, W keys at a time, per kv head of the job
   // (several only for BSHD decode: their rows at one key are adjacent in
   // memory, see simd_backend.cc).
@@ -244,6 +294,10 @@ struct DecodeKernel {
     for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
       const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
       for (int64_t jb = 0; jb < t.ntp; jb += W) {
+        if (Micro::kQkI8 && it.i8 && it.in_place) {
+          QkRowsI8(it, t, kvh, s0, jb);
+          continue;
+        }
         const void* kp[W];
         KeyRows(it, t, kvh, jb, kp);
         const AheadRows k_ahead = KeysAhead(it, t, kvh, jb);

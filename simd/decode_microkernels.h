@@ -307,6 +307,126 @@ struct DecodeMicroKernels {
     return X::HAddP(acc);
   }
 #endif
+#if defined(__AVX512F__)
+  static constexpr bool kQkI8 = W == 16;
+#else
+  static constexpr bool kQkI8 = false;
+#endif
+#if defined(__AVX512F__)
+  // ---- QK^T of int8 K rows (AVX-512)
+  // S[r][0 .. 16) = scale[kk] * (Q[r] . K[kk]) for rn <= RP rows (padded
+  // rows read the zero row and are dropped) and the 16 int8 K rows at
+  // k + kk * ks, kk < nk (the rest read the zero row). Compiled on its own,
+  // never inlined into the flattened decode kernel, with a Q segment of
+  // 8 / RP registers, so the 16 accumulators, the Q segment and the widened
+  // K vector fit in the 32 zmm registers: the f32 path's segment of 16 / RP
+  // spilled the accumulators of an int8 K, whose vector must be widened in
+  // a register before its RP multiply-adds. The keys' scales multiply the
+  // reduced dot products in registers (lane r * KB + kk takes key kk's), so
+  // S is stored once, scaled (a separate pass over S re-read it right
+  // after these narrow stores, and stalled on store forwarding).
+  //
+  // With a bf16 Q (kDot, the ISA has vdpbf16ps, d % 32 == 0) the K vector
+  // is rounded to bf16 after the widening -- exact, |q| <= 127 has 7 bits
+  // -- and QK^T takes one vdpbf16ps per 32 values and row instead of two
+  // multiply-adds: half the multiply-add work of the f32 Q path.
+  template <int RP>
+  static constexpr int kQkSegI8 = 8 / RP > 1 ? 8 / RP : 1;
+  // sv's lanes in HAddP's order for the keys [kb, kb + KB): lane i takes
+  // key kb + i % KB.
+  template <int KB>
+  static __m512 BlockScales(__m512 sv, int kb) {
+    const __m512i lane =
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i idx =
+        _mm512_add_epi32(_mm512_set1_epi32(kb),
+                         _mm512_and_si512(lane, _mm512_set1_epi32(KB - 1)));
+    return _mm512_permutexvar_ps(idx, sv);
+  }
+#if defined(__AVX512BF16__)
+  // 32 int8 values as 32 bf16 in their order (exact).
+  static __m512bh Int8ToBf16(const int8_t* p) {
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
+    return _mm512_cvtne2ps_pbh(hi, lo);
+  }
+  template <int RP, int NS>
+  static void QkSegmentI8Dot(const uint16_t* const* qr, const int8_t* const* k,
+                             int64_t e0, __m512* acc) {
+    constexpr int KB = 16 / RP;
+    __m512bh qv[RP][NS];
+    for (int r = 0; r < RP; ++r)
+      for (int s = 0; s < NS; ++s)
+        qv[r][s] = (__m512bh)_mm512_loadu_si512(qr[r] + e0 + 32 * s);
+    for (int kk = 0; kk < KB; ++kk) {
+      for (int s = 0; s < NS; ++s) {
+        const __m512bh kv = Int8ToBf16(k[kk] + e0 + 32 * s);
+        for (int r = 0; r < RP; ++r)
+          acc[r * KB + kk] = _mm512_dpbf16_ps(acc[r * KB + kk], qv[r][s], kv);
+      }
+    }
+  }
+  template <int RP, int NS>
+  static void QkSegmentsI8Dot(const uint16_t* const* qr, const int8_t* const* k,
+                              int64_t& e0, int64_t d, __m512* acc) {
+    for (; e0 + NS * 32 <= d; e0 += NS * 32)
+      QkSegmentI8Dot<RP, NS>(qr, k, e0, acc);
+    if constexpr (NS > 1) QkSegmentsI8Dot<RP, NS / 2>(qr, k, e0, d, acc);
+  }
+#endif
+  // q: the rows' Q in the workspace, f32 rows of De (or bf16 rows of d when
+  // dot); rows r0 .. r0 + rn. sv: the 16 keys' scales (1 past nk).
+  template <int RP>
+  [[gnu::noinline]] static void QkI8(bool dot, const float* q, int64_t De,
+                                     int64_t d, int64_t r0, int rn,
+                                     const int8_t* k, int64_t ks, int64_t nk,
+                                     const float* zero, __m512 sv, float* srow,
+                                     const AheadRows& ahead) {
+    constexpr int KB = 16 / RP;
+    const int8_t* kz = reinterpret_cast<const int8_t*>(zero);
+    for (int kb = 0; kb < 16; kb += KB) {
+      const int8_t* kr[KB];
+      for (int kk = 0; kk < KB; ++kk) {
+        ahead.Fetch(kb + kk);
+        kr[kk] = kb + kk < nk ? k + (kb + kk) * ks : kz;
+      }
+      __m512 acc[16];
+      for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+      int64_t e0 = 0;
+#if defined(__AVX512BF16__)
+      if (dot) {
+        const uint16_t* qb[RP];
+        for (int r = 0; r < RP; ++r)
+          qb[r] = r < rn ? reinterpret_cast<const uint16_t*>(q) + (r0 + r) * d
+                         : reinterpret_cast<const uint16_t*>(zero);
+        QkSegmentsI8Dot<RP, kQkSegI8<RP>>(qb, kr, e0, d, acc);
+      } else
+#endif
+      {
+        (void)dot;
+        (void)d;
+        const float* qr[RP];
+        for (int r = 0; r < RP; ++r) qr[r] = r < rn ? q + (r0 + r) * De : zero;
+        V vacc[16];
+        for (int i = 0; i < 16; ++i) vacc[i] = acc[i];
+        QkSegments<RP, kQkSegI8<RP>, int8_t>(
+            qr, reinterpret_cast<const void* const*>(kr), e0, De, vacc);
+        for (int i = 0; i < 16; ++i) acc[i] = vacc[i];
+      }
+      V accv[16];
+      for (int i = 0; i < 16; ++i) accv[i] = acc[i];
+      const __m512 st = _mm512_mul_ps(X::HAddP(accv), BlockScales<KB>(sv, kb));
+      // Row r's KB keys are lanes [r * KB, r * KB + KB).
+      alignas(64) float t[16];
+      _mm512_store_ps(t, st);
+      for (int r = 0; r < rn; ++r)
+        for (int kk = 0; kk < KB; ++kk)
+          srow[r * kDecodeTileKeys + kb + kk] = t[r * KB + kk];
+    }
+  }
+#endif
   // S[r0 + r][0 .. W) for rn <= RP rows (padded rows read the zero row and
   // are dropped) against the W keys kp, rows of `k_type` (f32, bf16 or i8:
   // an i8 row's dot is in its integers, the caller applies its scale);

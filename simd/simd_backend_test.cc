@@ -127,6 +127,7 @@ AttentionProblem RandomProblem(Rng& rng) {
     p.kv_lens.push_back(kv);
   }
   if (p.mask == MaskKind::kWindow) p.window = rng.Range(1, 90);
+  if (rng.Bernoulli(0.2)) p.kv_dtype = DType::kI8;
   return p;
 }
 
@@ -210,6 +211,38 @@ TEST_P(SimdIsaTest, DecodeShapesAllLayoutsAndDtypes) {
         p.q_lens = {1, 1};
         p.kv_lens = {1030, 255};
         ExpectMatchesOracle(*backend, p, 3, ValueProfile::kNormal, 100);
+      }
+    }
+  }
+}
+
+// An int8 K/V cache on the decode path: every query group size the QK^T
+// row groups take (1, 2, up to 4, up to 8, more than 8 rows per kv head),
+// q f32 and bf16 (bf16: QK^T on vdpbf16ps where the ISA has it), every
+// layout, head dims read in place (64, 128) and widened (40), and key counts
+// that end a tile, a 16-key block and a 4-key block part way.
+TEST_P(SimdIsaTest, DecodeI8EveryGroupSizeAndQueryDtype) {
+  auto backend = Make();
+  for (KvLayout layout :
+       {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (int64_t group : {1, 2, 3, 4, 5, 8, 12}) {
+        for (int64_t d : {128, 64, 40}) {
+          AttentionProblem p;
+          p.batch = 3;
+          p.kv_heads = 2;
+          p.q_heads = 2 * group;
+          p.head_dim = d;
+          p.dtype = dt;
+          p.kv_dtype = DType::kI8;
+          p.layout = layout;
+          p.mask = MaskKind::kCausal;
+          p.q_lens = {1, 1, 2};
+          p.kv_lens = {1030, 255, 19};
+          ExpectMatchesOracle(*backend, p, 5 + group, ValueProfile::kNormal,
+                              100);
+          if (HasFailure()) return;
+        }
       }
     }
   }
