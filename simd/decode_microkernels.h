@@ -343,34 +343,81 @@ struct DecodeMicroKernels {
                          _mm512_and_si512(lane, _mm512_set1_epi32(KB - 1)));
     return _mm512_permutexvar_ps(idx, sv);
   }
-#if defined(__AVX512BF16__)
-  // 32 int8 values as 32 bf16 in their order (exact).
-  static __m512bh Int8ToBf16(const int8_t* p) {
-    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+  // acc[r * KB + kk] += Q[r] . K[kk] over one segment of NS vectors from
+  // e0, the keys' vectors in turn at each step along d, so the 16
+  // accumulators are 16 independent multiply-add chains. Unrolled
+  // completely: every accumulator index is a constant, and the accumulators
+  // stay in registers (with a key-group loop left rolled GCC kept them in
+  // memory, one dependent chain of loads, multiply-adds and stores per key,
+  // twice the cycles).
+  static __m512 Int8ToF32(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-    const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
-    return _mm512_cvtne2ps_pbh(hi, lo);
   }
   template <int RP, int NS>
-  static void QkSegmentI8Dot(const uint16_t* const* qr, const int8_t* const* k,
-                             int64_t e0, __m512* acc) {
+  [[gnu::always_inline]] static void QkSegmentI8(const float* const* qr,
+                                                 const int8_t* const* k,
+                                                 int64_t e0, __m512* acc) {
+    constexpr int KB = 16 / RP;
+    __m512 qv[RP][NS];
+#pragma GCC unroll 8
+    for (int r = 0; r < RP; ++r)
+#pragma GCC unroll 8
+      for (int s = 0; s < NS; ++s)
+        qv[r][s] = _mm512_loadu_ps(qr[r] + e0 + 16 * s);
+#pragma GCC unroll 8
+    for (int s = 0; s < NS; ++s) {
+#pragma GCC unroll 16
+      for (int kk = 0; kk < KB; ++kk) {
+        const __m512 kv = Int8ToF32(k[kk] + e0 + 16 * s);
+#pragma GCC unroll 8
+        for (int r = 0; r < RP; ++r)
+          acc[r * KB + kk] = _mm512_fmadd_ps(qv[r][s], kv, acc[r * KB + kk]);
+      }
+    }
+  }
+  template <int RP, int NS>
+  [[gnu::always_inline]] static void QkSegmentsI8(const float* const* qr,
+                                                  const int8_t* const* k,
+                                                  int64_t& e0, int64_t De,
+                                                  __m512* acc) {
+    for (; e0 + NS * 16 <= De; e0 += NS * 16)
+      QkSegmentI8<RP, NS>(qr, k, e0, acc);
+    if constexpr (NS > 1) QkSegmentsI8<RP, NS / 2>(qr, k, e0, De, acc);
+  }
+#if defined(__AVX512BF16__)
+  // The same with a bf16 Q on vdpbf16ps: 32 int8 values widened, then
+  // rounded to bf16 in their order (exact), one dot per 32 values and row.
+  static __m512bh Int8ToBf16(const int8_t* p) {
+    return _mm512_cvtne2ps_pbh(Int8ToF32(p + 16), Int8ToF32(p));
+  }
+  template <int RP, int NS>
+  [[gnu::always_inline]] static void QkSegmentI8Dot(const uint16_t* const* qr,
+                                                    const int8_t* const* k,
+                                                    int64_t e0, __m512* acc) {
     constexpr int KB = 16 / RP;
     __m512bh qv[RP][NS];
+#pragma GCC unroll 8
     for (int r = 0; r < RP; ++r)
+#pragma GCC unroll 8
       for (int s = 0; s < NS; ++s)
         qv[r][s] = (__m512bh)_mm512_loadu_si512(qr[r] + e0 + 32 * s);
-    for (int kk = 0; kk < KB; ++kk) {
-      for (int s = 0; s < NS; ++s) {
+#pragma GCC unroll 8
+    for (int s = 0; s < NS; ++s) {
+#pragma GCC unroll 16
+      for (int kk = 0; kk < KB; ++kk) {
         const __m512bh kv = Int8ToBf16(k[kk] + e0 + 32 * s);
+#pragma GCC unroll 8
         for (int r = 0; r < RP; ++r)
           acc[r * KB + kk] = _mm512_dpbf16_ps(acc[r * KB + kk], qv[r][s], kv);
       }
     }
   }
   template <int RP, int NS>
-  static void QkSegmentsI8Dot(const uint16_t* const* qr, const int8_t* const* k,
-                              int64_t& e0, int64_t d, __m512* acc) {
+  [[gnu::always_inline]] static void QkSegmentsI8Dot(const uint16_t* const* qr,
+                                                     const int8_t* const* k,
+                                                     int64_t& e0, int64_t d,
+                                                     __m512* acc) {
     for (; e0 + NS * 32 <= d; e0 += NS * 32)
       QkSegmentI8Dot<RP, NS>(qr, k, e0, acc);
     if constexpr (NS > 1) QkSegmentsI8Dot<RP, NS / 2>(qr, k, e0, d, acc);
@@ -386,6 +433,14 @@ struct DecodeMicroKernels {
                                      const AheadRows& ahead) {
     constexpr int KB = 16 / RP;
     const int8_t* kz = reinterpret_cast<const int8_t*>(zero);
+    const float* qr[RP];
+    for (int r = 0; r < RP; ++r) qr[r] = r < rn ? q + (r0 + r) * De : zero;
+#if defined(__AVX512BF16__)
+    const uint16_t* qb[RP];
+    for (int r = 0; r < RP; ++r)
+      qb[r] = r < rn ? reinterpret_cast<const uint16_t*>(q) + (r0 + r) * d
+                     : reinterpret_cast<const uint16_t*>(zero);
+#endif
     for (int kb = 0; kb < 16; kb += KB) {
       const int8_t* kr[KB];
       for (int kk = 0; kk < KB; ++kk) {
@@ -396,25 +451,11 @@ struct DecodeMicroKernels {
       for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
       int64_t e0 = 0;
 #if defined(__AVX512BF16__)
-      if (dot) {
-        const uint16_t* qb[RP];
-        for (int r = 0; r < RP; ++r)
-          qb[r] = r < rn ? reinterpret_cast<const uint16_t*>(q) + (r0 + r) * d
-                         : reinterpret_cast<const uint16_t*>(zero);
+      if (dot)
         QkSegmentsI8Dot<RP, kQkSegI8<RP>>(qb, kr, e0, d, acc);
-      } else
+      else
 #endif
-      {
-        (void)dot;
-        (void)d;
-        const float* qr[RP];
-        for (int r = 0; r < RP; ++r) qr[r] = r < rn ? q + (r0 + r) * De : zero;
-        V vacc[16];
-        for (int i = 0; i < 16; ++i) vacc[i] = acc[i];
-        QkSegments<RP, kQkSegI8<RP>, int8_t>(
-            qr, reinterpret_cast<const void* const*>(kr), e0, De, vacc);
-        for (int i = 0; i < 16; ++i) acc[i] = vacc[i];
-      }
+        QkSegmentsI8<RP, kQkSegI8<RP>>(qr, kr, e0, De, acc);
       V accv[16];
       for (int i = 0; i < 16; ++i) accv[i] = acc[i];
       const __m512 st = _mm512_mul_ps(X::HAddP(accv), BlockScales<KB>(sv, kb));
@@ -425,6 +466,8 @@ struct DecodeMicroKernels {
         for (int kk = 0; kk < KB; ++kk)
           srow[r * kDecodeTileKeys + kb + kk] = t[r * KB + kk];
     }
+    (void)dot;
+    (void)d;
   }
 #endif
   // S[r0 + r][0 .. W) for rn <= RP rows (padded rows read the zero row and
