@@ -281,6 +281,12 @@ AttentionProblem DecodeProblem(int64_t kv_len, DType dtype, int64_t batch) {
   return p;
 }
 
+// The q dtype of the KV-storage families' "kv" argument: 0 f32 K/V (q
+// f32), 1 bf16 (q bf16), 2 i8 with q f32, 3 i8 with q bf16.
+DType KvBenchQDType(int64_t kvt) {
+  return kvt == 1 || kvt == 3 ? DType::kBF16 : DType::kF32;
+}
+
 // ------------------------------------------------------------- decode paired
 
 // decode/'s figure divided by calibration/read_bw's (pct_read_bw_same_run)
@@ -902,17 +908,18 @@ void RegisterAll() {
       }
     }
 
-    // The KV cache's storage side by side (issue 21): f32, bf16 and i8 K/V
-    // (i8: q f32, one f32 scale per token and kv head) at Llama-like
-    // heads, GQA (hkv 8) and MHA (hkv 32). Decode is memory-bound, so i8
-    // reads about half of bf16's bytes and should take about half the time.
+    // The KV cache's storage side by side (issue 21): kv:0 f32, kv:1 bf16,
+    // kv:2 i8 K/V with q f32, kv:3 i8 K/V with q bf16 (one f32 scale per
+    // token and kv head) at Llama-like heads, GQA (hkv 8) and MHA (hkv 32).
+    // Decode is memory-bound, so i8 reads about half of bf16's bytes and
+    // should take about half the time; kv:3 is i8 against bf16 with the
+    // same q (a bf16 model's), kv:2 its f32-q twin.
     for (int64_t kv : Grid({4096, 16384}, {16384})) {
       for (int64_t hkv : {8, 32}) {
-        for (int64_t kvt : {0, 1, 2}) {
-          AttentionProblem p =
-              DecodeProblem(kv, kvt == 1 ? DType::kBF16 : DType::kF32, 1);
+        for (int64_t kvt : {0, 1, 2, 3}) {
+          AttentionProblem p = DecodeProblem(kv, KvBenchQDType(kvt), 1);
           p.kv_heads = hkv;
-          if (kvt == 2) p.kv_dtype = DType::kI8;
+          if (kvt >= 2) p.kv_dtype = DType::kI8;
           if (Status sup = backend.Supports(p); !sup.ok()) {
             Skip("decode_kv/" + name + "/" + p.ToString(), sup.ToString());
             continue;
@@ -977,13 +984,12 @@ void RegisterAll() {
           ->Unit(benchmark::kMicrosecond);
     }
     // ... and the quantized cache against bf16 at GQA and MHA heads (kv: 1
-    // bf16, 2 i8 with q f32), the issue-21 gate's figures.
+    // bf16, 2 i8 with q f32, 3 i8 with q bf16), the issue-21 gate's figures.
     for (int64_t hkv : {8, 32}) {
-      for (int64_t kvt : {1, 2}) {
-        AttentionProblem p =
-            DecodeProblem(16384, kvt == 1 ? DType::kBF16 : DType::kF32, 1);
+      for (int64_t kvt : {1, 2, 3}) {
+        AttentionProblem p = DecodeProblem(16384, KvBenchQDType(kvt), 1);
         p.kv_heads = hkv;
-        if (kvt == 2) p.kv_dtype = DType::kI8;
+        if (kvt >= 2) p.kv_dtype = DType::kI8;
         if (Status sup = backend.Supports(p); !sup.ok()) {
           Skip("decode_paired_kv/" + name + "/" + p.ToString(), sup.ToString());
           continue;
