@@ -343,6 +343,39 @@ struct DecodeMicroKernels {
                          _mm512_and_si512(lane, _mm512_set1_epi32(KB - 1)));
     return _mm512_permutexvar_ps(idx, sv);
   }
+  static __m512 Int8ToF32(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  // How QK^T multiplies one vector of Q by one of int8 K, per Q dtype:
+  // f32 q, L = 16 values per vector, the K vector widened to f32 and one
+  // multiply-add; bf16 q (vdpbf16ps), L = 32 values, the K vector widened,
+  // then rounded to bf16 in its order (exact: |q| <= 127 has 7 bits), one
+  // dot instruction -- half the multiply-add work.
+  struct QkF32Q {
+    using T = float;
+    using QV = __m512;
+    static constexpr int L = 16;
+    static QV LoadQ(const T* p) { return _mm512_loadu_ps(p); }
+    static QV LoadK(const int8_t* p) { return Int8ToF32(p); }
+    static __m512 MulAdd(__m512 acc, QV q, QV k) {
+      return _mm512_fmadd_ps(q, k, acc);
+    }
+  };
+#if defined(__AVX512BF16__)
+  struct QkBf16Q {
+    using T = uint16_t;
+    using QV = __m512bh;
+    static constexpr int L = 32;
+    static QV LoadQ(const T* p) { return (__m512bh)_mm512_loadu_si512(p); }
+    static QV LoadK(const int8_t* p) {
+      return _mm512_cvtne2ps_pbh(Int8ToF32(p + 16), Int8ToF32(p));
+    }
+    static __m512 MulAdd(__m512 acc, QV q, QV k) {
+      return _mm512_dpbf16_ps(acc, q, k);
+    }
+  };
+#endif
   // acc[r * KB + kk] += Q[r] . K[kk] over one segment of NS vectors from
   // e0, the keys' vectors in turn at each step along d, so the 16
   // accumulators are 16 independent multiply-add chains. Unrolled
@@ -350,79 +383,37 @@ struct DecodeMicroKernels {
   // stay in registers (with a key-group loop left rolled GCC kept them in
   // memory, one dependent chain of loads, multiply-adds and stores per key,
   // twice the cycles).
-  static __m512 Int8ToF32(const int8_t* p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-  }
-  template <int RP, int NS>
-  [[gnu::always_inline]] static void QkSegmentI8(const float* const* qr,
+  template <class Q, int RP, int NS>
+  [[gnu::always_inline]] static void QkSegmentI8(const typename Q::T* const* qr,
                                                  const int8_t* const* k,
                                                  int64_t e0, __m512* acc) {
     constexpr int KB = 16 / RP;
-    __m512 qv[RP][NS];
+    typename Q::QV qv[RP][NS];
 #pragma GCC unroll 8
     for (int r = 0; r < RP; ++r)
 #pragma GCC unroll 8
-      for (int s = 0; s < NS; ++s)
-        qv[r][s] = _mm512_loadu_ps(qr[r] + e0 + 16 * s);
+      for (int s = 0; s < NS; ++s) qv[r][s] = Q::LoadQ(qr[r] + e0 + Q::L * s);
 #pragma GCC unroll 8
     for (int s = 0; s < NS; ++s) {
 #pragma GCC unroll 16
       for (int kk = 0; kk < KB; ++kk) {
-        const __m512 kv = Int8ToF32(k[kk] + e0 + 16 * s);
+        const typename Q::QV kv = Q::LoadK(k[kk] + e0 + Q::L * s);
 #pragma GCC unroll 8
         for (int r = 0; r < RP; ++r)
-          acc[r * KB + kk] = _mm512_fmadd_ps(qv[r][s], kv, acc[r * KB + kk]);
+          acc[r * KB + kk] = Q::MulAdd(acc[r * KB + kk], qv[r][s], kv);
       }
     }
   }
-  template <int RP, int NS>
-  [[gnu::always_inline]] static void QkSegmentsI8(const float* const* qr,
-                                                  const int8_t* const* k,
-                                                  int64_t& e0, int64_t De,
-                                                  __m512* acc) {
-    for (; e0 + NS * 16 <= De; e0 += NS * 16)
-      QkSegmentI8<RP, NS>(qr, k, e0, acc);
-    if constexpr (NS > 1) QkSegmentsI8<RP, NS / 2>(qr, k, e0, De, acc);
+  // Segments of NS vectors while they fit in the n values, then the rest in
+  // halving sizes (NS is a power of two).
+  template <class Q, int RP, int NS>
+  [[gnu::always_inline]] static void QkSegmentsI8(
+      const typename Q::T* const* qr, const int8_t* const* k, int64_t& e0,
+      int64_t n, __m512* acc) {
+    for (; e0 + NS * Q::L <= n; e0 += NS * Q::L)
+      QkSegmentI8<Q, RP, NS>(qr, k, e0, acc);
+    if constexpr (NS > 1) QkSegmentsI8<Q, RP, NS / 2>(qr, k, e0, n, acc);
   }
-#if defined(__AVX512BF16__)
-  // The same with a bf16 Q on vdpbf16ps: 32 int8 values widened, then
-  // rounded to bf16 in their order (exact), one dot per 32 values and row.
-  static __m512bh Int8ToBf16(const int8_t* p) {
-    return _mm512_cvtne2ps_pbh(Int8ToF32(p + 16), Int8ToF32(p));
-  }
-  template <int RP, int NS>
-  [[gnu::always_inline]] static void QkSegmentI8Dot(const uint16_t* const* qr,
-                                                    const int8_t* const* k,
-                                                    int64_t e0, __m512* acc) {
-    constexpr int KB = 16 / RP;
-    __m512bh qv[RP][NS];
-#pragma GCC unroll 8
-    for (int r = 0; r < RP; ++r)
-#pragma GCC unroll 8
-      for (int s = 0; s < NS; ++s)
-        qv[r][s] = (__m512bh)_mm512_loadu_si512(qr[r] + e0 + 32 * s);
-#pragma GCC unroll 8
-    for (int s = 0; s < NS; ++s) {
-#pragma GCC unroll 16
-      for (int kk = 0; kk < KB; ++kk) {
-        const __m512bh kv = Int8ToBf16(k[kk] + e0 + 32 * s);
-#pragma GCC unroll 8
-        for (int r = 0; r < RP; ++r)
-          acc[r * KB + kk] = _mm512_dpbf16_ps(acc[r * KB + kk], qv[r][s], kv);
-      }
-    }
-  }
-  template <int RP, int NS>
-  [[gnu::always_inline]] static void QkSegmentsI8Dot(const uint16_t* const* qr,
-                                                     const int8_t* const* k,
-                                                     int64_t& e0, int64_t d,
-                                                     __m512* acc) {
-    for (; e0 + NS * 32 <= d; e0 += NS * 32)
-      QkSegmentI8Dot<RP, NS>(qr, k, e0, acc);
-    if constexpr (NS > 1) QkSegmentsI8Dot<RP, NS / 2>(qr, k, e0, d, acc);
-  }
-#endif
   // q: the rows' Q in the workspace, f32 rows of De (or bf16 rows of d when
   // dot); rows r0 .. r0 + rn. sv: the 16 keys' scales (1 past nk).
   template <int RP>
@@ -452,10 +443,10 @@ struct DecodeMicroKernels {
       int64_t e0 = 0;
 #if defined(__AVX512BF16__)
       if (dot)
-        QkSegmentsI8Dot<RP, kQkSegI8<RP>>(qb, kr, e0, d, acc);
+        QkSegmentsI8<QkBf16Q, RP, kQkSegI8<RP>>(qb, kr, e0, d, acc);
       else
 #endif
-        QkSegmentsI8<RP, kQkSegI8<RP>>(qr, kr, e0, De, acc);
+        QkSegmentsI8<QkF32Q, RP, kQkSegI8<RP>>(qr, kr, e0, De, acc);
       V accv[16];
       for (int i = 0; i < 16; ++i) accv[i] = acc[i];
       const __m512 st = _mm512_mul_ps(X::HAddP(accv), BlockScales<KB>(sv, kb));
