@@ -59,7 +59,7 @@ struct DecodeKernel {
           i8(kv == DType::kI8),
           tv(p.layout == KvLayout::kTransposedV),
           dot(X::kBf16Dot && d % 32 == 0 &&
-              (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkI8))),
+              (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkInPlace))),
           in_place(d % W == 0),
           k_type(in_place ? kv : DType::kF32),
           esize(DTypeSize(kv)),
@@ -139,7 +139,7 @@ struct DecodeKernel {
       const int64_t j = jb + kk;
       if (j >= t.nt) {
         kp[kk] = it.zero;
-      } else if (it.dot || it.in_place) {
+      } else if (it.in_place) {
         kp[kk] = it.kdata + a.k.Offset(b, kvh, t.j0 + j, 0) * it.esize;
       } else {
         float* kw = it.kw + kk * De;
@@ -197,18 +197,17 @@ struct DecodeKernel {
       float* srow = it.sm + r0 * kDecodeTileKeys + jb;
       const AheadRows& ahead = r0 == s0 ? k_ahead : AheadRows{};
       if (rn == 1) {
-        Micro::template QkGroup<1>(it.dot, it.k_type, it.q, it.De, it.d, r0, rn,
-                                   kp, it.zero, srow, ahead);
+        Micro::template QkGroup<1>(it.k_type, it.q, it.De, r0, rn, kp, it.zero,
+                                   srow, ahead);
       } else if (rn == 2) {
-        Micro::template QkGroup<2>(it.dot, it.k_type, it.q, it.De, it.d, r0, rn,
-                                   kp, it.zero, srow, ahead);
+        Micro::template QkGroup<2>(it.k_type, it.q, it.De, r0, rn, kp, it.zero,
+                                   srow, ahead);
       } else if (rn <= 4) {
-        Micro::template QkGroup<4>(it.dot, it.k_type, it.q, it.De, it.d, r0, rn,
-                                   kp, it.zero, srow, ahead);
+        Micro::template QkGroup<4>(it.k_type, it.q, it.De, r0, rn, kp, it.zero,
+                                   srow, ahead);
       } else {
-        Micro::template QkGroup<kQkRowGroup>(it.dot, it.k_type, it.q, it.De,
-                                             it.d, r0, rn, kp, it.zero, srow,
-                                             ahead);
+        Micro::template QkGroup<kQkRowGroup>(it.k_type, it.q, it.De, r0, rn, kp,
+                                             it.zero, srow, ahead);
       }
     }
   }
@@ -238,50 +237,105 @@ struct DecodeKernel {
     }
   }
 
-  // S[s0 .. s0 + Rh) at the tile's keys [jb, jb + W) for an int8 K read in
-  // place (AVX-512): QkI8 per row group, the keys' scales applied there.
-  ATTNKIT_SIMD_STEP static void QkRowsI8(const Item& it, const Tile& t,
-                                         int64_t kvh, int64_t s0, int64_t jb) {
 #if defined(__AVX512F__)
-    if constexpr (Micro::kQkI8) {
+  // 16 keys of one kv head for QkInPlace: K rows k + kk * ks (kk < nk), the
+  // keys' scales (1 unless int8), S columns from jb, the rows from s0, and
+  // the K rows the first row group prefetches.
+  struct KeyBlock {
+    const char* k;
+    int64_t ks, nk, jb, s0;
+    __m512 sv;
+    AheadRows ahead;
+  };
+  // The row groups of one kv head's rows [s0, s0 + Rh) through QkInPlace
+  // with the q/K policy Q (q rows of n values of Q::T).
+  template <class Q>
+  ATTNKIT_SIMD_STEP static void QkRowGroups(const Item& it, int64_t n,
+                                            const KeyBlock& kb) {
+    const auto* qt = reinterpret_cast<const typename Q::T*>(it.q);
+    const auto* kt = reinterpret_cast<const typename Q::K*>(kb.k);
+    const int64_t s0 = kb.s0;
+    for (int64_t r0 = s0; r0 < s0 + it.Rh; r0 += kQkRowGroup) {
+      const int rn = static_cast<int>(
+          s0 + it.Rh - r0 < kQkRowGroup ? s0 + it.Rh - r0 : kQkRowGroup);
+      float* srow = it.sm + r0 * kDecodeTileKeys + kb.jb;
+      const AheadRows& ahead = r0 == s0 ? kb.ahead : AheadRows{};
+      if (rn == 1) {
+        Micro::template QkInPlace<Q, 1>(qt, n, r0, rn, kt, kb.ks, kb.nk,
+                                        it.zero, kb.sv, srow, ahead);
+      } else if (rn == 2) {
+        Micro::template QkInPlace<Q, 2>(qt, n, r0, rn, kt, kb.ks, kb.nk,
+                                        it.zero, kb.sv, srow, ahead);
+      } else if (rn <= 4) {
+        Micro::template QkInPlace<Q, 4>(qt, n, r0, rn, kt, kb.ks, kb.nk,
+                                        it.zero, kb.sv, srow, ahead);
+      } else {
+        Micro::template QkInPlace<Q, kQkRowGroup>(
+            qt, n, r0, rn, kt, kb.ks, kb.nk, it.zero, kb.sv, srow, ahead);
+      }
+    }
+  }
+#endif
+
+  // S[s0 .. s0 + Rh) at the tile's keys [jb, jb + W) on AVX-512: QkInPlace
+  // per row group over the K rows in place (d % 16 == 0) or widened into
+  // zero-padded f32 rows of the workspace, an int8 K's scales applied
+  // there.
+  ATTNKIT_SIMD_STEP static void QkKeyBlock(const Item& it, const Tile& t,
+                                           int64_t kvh, int64_t s0,
+                                           int64_t jb) {
+#if defined(__AVX512F__)
+    if constexpr (Micro::kQkInPlace) {
       const AttentionArgs& a = it.a;
       const int64_t b = it.job.batch, j = t.j0 + jb;
-      const int64_t nk = t.nt - jb < W ? t.nt - jb : W;
-      const int8_t* k = a.k.As<int8_t>() + a.k.Offset(b, kvh, j, 0);
-      const float* sp = a.k_scale.As<float>() + a.k_scale.Offset(b, kvh, j, 0);
-      const int64_t ss = a.k_scale.strides[2];
-      __m512 sv;
-      if (nk == W && ss == 1) {
-        sv = _mm512_loadu_ps(sp);
-      } else {
-        alignas(64) float tail[W];
-        for (int kk = 0; kk < W; ++kk) tail[kk] = kk < nk ? sp[kk * ss] : 1.0f;
-        sv = _mm512_load_ps(tail);
-      }
-      const AheadRows k_ahead = KeysAhead(it, t, kvh, jb);
-      PrefetchNextVt(it, t, kvh, jb);
-      const int64_t ks = a.k.strides[2];
-      for (int64_t r0 = s0; r0 < s0 + it.Rh; r0 += kQkRowGroup) {
-        const int rn = static_cast<int>(
-            s0 + it.Rh - r0 < kQkRowGroup ? s0 + it.Rh - r0 : kQkRowGroup);
-        float* srow = it.sm + r0 * kDecodeTileKeys + jb;
-        const AheadRows& ahead = r0 == s0 ? k_ahead : AheadRows{};
-        if (rn == 1) {
-          Micro::template QkI8<1>(it.dot, it.q, it.De, it.d, r0, rn, k, ks, nk,
-                                  it.zero, sv, srow, ahead);
-        } else if (rn == 2) {
-          Micro::template QkI8<2>(it.dot, it.q, it.De, it.d, r0, rn, k, ks, nk,
-                                  it.zero, sv, srow, ahead);
-        } else if (rn <= 4) {
-          Micro::template QkI8<4>(it.dot, it.q, it.De, it.d, r0, rn, k, ks, nk,
-                                  it.zero, sv, srow, ahead);
+      KeyBlock kb{it.kdata + a.k.Offset(b, kvh, j, 0) * it.esize,
+                  a.k.strides[2],
+                  t.nt - jb < W ? t.nt - jb : W,
+                  jb,
+                  s0,
+                  _mm512_set1_ps(1.0f),
+                  KeysAhead(it, t, kvh, jb)};
+      if (it.i8) {
+        const float* sp =
+            a.k_scale.As<float>() + a.k_scale.Offset(b, kvh, j, 0);
+        const int64_t ss = a.k_scale.strides[2];
+        if (kb.nk == W && ss == 1) {
+          kb.sv = _mm512_loadu_ps(sp);
         } else {
-          Micro::template QkI8<kQkRowGroup>(it.dot, it.q, it.De, it.d, r0, rn,
-                                            k, ks, nk, it.zero, sv, srow,
-                                            ahead);
+          alignas(64) float tail[W];
+          for (int kk = 0; kk < W; ++kk)
+            tail[kk] = kk < kb.nk ? sp[kk * ss] : 1.0f;
+          kb.sv = _mm512_load_ps(tail);
         }
       }
-      return;
+      PrefetchNextVt(it, t, kvh, jb);
+      using M = Micro;
+      if (!it.in_place) {
+        for (int64_t kk = 0; kk < kb.nk; ++kk) {
+          float* kw = it.kw + kk * it.De;
+          LoadRow(a.k, a.k.Offset(b, kvh, j + kk, 0), 1, it.d, kw);
+          ZeroFloats(kw + it.d, it.De - it.d);
+        }
+        kb.k = reinterpret_cast<const char*>(it.kw);
+        kb.ks = it.De;
+        return QkRowGroups<typename M::template QkF32Q<float>>(it, it.De, kb);
+      }
+#if defined(__AVX512BF16__)
+      if (it.dot) {  // bf16 q rows of d
+        if (it.i8)
+          return QkRowGroups<typename M::template QkBf16Q<int8_t>>(it, it.d,
+                                                                   kb);
+        return QkRowGroups<typename M::template QkBf16Q<uint16_t>>(it, it.d,
+                                                                   kb);
+      }
+#endif
+      // f32 q rows of De
+      if (it.i8)
+        return QkRowGroups<typename M::template QkF32Q<int8_t>>(it, it.De, kb);
+      if (it.bf16)
+        return QkRowGroups<typename M::template QkF32Q<uint16_t>>(it, it.De,
+                                                                  kb);
+      return QkRowGroups<typename M::template QkF32Q<float>>(it, it.De, kb);
     }
 #endif
     (void)it, (void)t, (void)kvh, (void)s0, (void)jb;
@@ -289,21 +343,22 @@ struct DecodeKernel {
 
   // S = Q K^T over the tile, W keys at a time, per kv head of the job
   // (several only for BSHD decode: their rows at one key are adjacent in
-  // memory, see simd_backend.cc).
+  // memory, see simd_backend.cc): QkKeyBlock on AVX-512, QkRows (row
+  // groups of QkGroup over the rows KeyRows points at) on narrower ISAs.
   ATTNKIT_SIMD_STEP static void QkTile(const Item& it, const Tile& t) {
     for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
       const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
       for (int64_t jb = 0; jb < t.ntp; jb += W) {
-        if (Micro::kQkI8 && it.i8 && it.in_place) {
-          QkRowsI8(it, t, kvh, s0, jb);
-          continue;
+        if constexpr (Micro::kQkInPlace) {
+          QkKeyBlock(it, t, kvh, s0, jb);
+        } else {
+          const void* kp[W];
+          KeyRows(it, t, kvh, jb, kp);
+          const AheadRows k_ahead = KeysAhead(it, t, kvh, jb);
+          PrefetchNextVt(it, t, kvh, jb);
+          QkRows(it, kp, s0, jb, k_ahead);
+          if (it.i8) ScaleKeys(it, t, it.a.k_scale, kvh, s0, jb);
         }
-        const void* kp[W];
-        KeyRows(it, t, kvh, jb, kp);
-        const AheadRows k_ahead = KeysAhead(it, t, kvh, jb);
-        PrefetchNextVt(it, t, kvh, jb);
-        QkRows(it, kp, s0, jb, k_ahead);
-        if (it.i8) ScaleKeys(it, t, it.a.k_scale, kvh, s0, jb);
       }
     }
   }

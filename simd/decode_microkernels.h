@@ -174,164 +174,69 @@ struct DecodeMicroKernels {
   // row-at-a-time dot loop loads every K vector RP times, and QK^T then cost
   // far more than P.V (simd/README.md, "QK^T register-blocked over rows").
   //
-  // Load order: key by key, each K row's lines in address order. Walking d
-  // in the outer loop instead (one vector of each of the KB rows in turn)
-  // jumps back and forth across KB rows, and the hardware prefetchers then
-  // stop streaming K (simd/README.md, "K load order").
-  // On AVX-512 a segment of Q (kQkSeg vectors of d per row) sits in the 16
-  // zmm registers the W accumulators and one K vector leave free; on AVX2
-  // the W = 8 accumulators leave too few ymm, so Q is read from L1 at each
-  // FMA (a memory operand) and each K vector still feeds RP of them.
+  // Two forms: QkInPlace on AVX-512 (below), and QkGroup / QkBlock on
+  // narrower ISAs, where the W = 8 accumulators leave too few ymm for Q, so
+  // Q is read from L1 at each FMA (a memory operand), each K vector still
+  // feeds RP of them, and the keys go one by one, each K row's lines in
+  // address order (walking d across the rows stopped the hardware
+  // prefetchers before K rows were prefetched in software: simd/README.md,
+  // "K load order").
   static constexpr int kQkRowGroup = W < 8 ? W : 8;
-  template <int RP>
-  static constexpr int kQkSeg = 16 / RP > 1 ? 16 / RP : 1;
-  // acc[r * KB + kk] += Q[r][e0 + s*W ...] . K[kk][...] for NS vectors s.
-  //
-  // Keys go KG at a time: for few rows (RP < 4) a key's sum is RP FMA
-  // chains of NS links, too few to cover the FMA latency, so KG keys are
-  // interleaved along d to give RP * KG >= 4 chains. Only for int8 K rows:
-  // KG rows of 128 bytes (d = 128) are 8 adjacent lines, which the
-  // prefetchers stream as one; f32/bf16 rows keep the key-by-key order (a
-  // walk along d across rows of 256-512 bytes stopped the hardware
-  // prefetchers: simd/README.md, "K load order").
-  template <int RP, typename T>
-  static constexpr int kQkKeyGroup =
-      std::is_same_v<T, int8_t>&& RP < 4 ? 4 / RP : 1;
-  template <int RP, int NS, typename T>
-  static void QkSegment(const float* const* qr, const void* const* kp,
-                        int64_t e0, V* acc) {
-    constexpr int KB = W / RP;
-    constexpr int KG = kQkKeyGroup<RP, T>;
-    static_assert(KB % KG == 0);
-    V qv[RP][NS];
-    for (int r = 0; r < RP; ++r)
-      for (int s = 0; s < NS; ++s) qv[r][s] = X::Load(qr[r] + e0 + s * W);
-    for (int k0 = 0; k0 < KB; k0 += KG) {
-      const T* k[KG];
-      for (int g = 0; g < KG; ++g)
-        k[g] = static_cast<const T*>(kp[k0 + g]) + e0;
-      for (int s = 0; s < NS; ++s) {
-        for (int g = 0; g < KG; ++g) {
-          const V kv = X::Load(k[g] + s * W);
-          for (int r = 0; r < RP; ++r)
-            acc[r * KB + k0 + g] = X::Fma(qv[r][s], kv, acc[r * KB + k0 + g]);
-        }
-      }
-    }
-  }
-  // Segments of NS vectors while they fit, then the rest in halving sizes
-  // (NS is a power of two).
-  template <int RP, int NS, typename T>
-  static void QkSegments(const float* const* qr, const void* const* kp,
-                         int64_t& e0, int64_t De, V* acc) {
-    for (; e0 + NS * W <= De; e0 += NS * W)
-      QkSegment<RP, NS, T>(qr, kp, e0, acc);
-    if constexpr (NS > 1) QkSegments<RP, NS / 2, T>(qr, kp, e0, De, acc);
-  }
   template <int RP, typename T>
   static V QkBlock(const float* const* qr, const void* const* kp, int64_t De) {
     V acc[W];
     for (int i = 0; i < W; ++i) acc[i] = X::Zero();
-    if constexpr (W >= 16) {
-      int64_t e0 = 0;
-      QkSegments<RP, kQkSeg<RP>, T>(qr, kp, e0, De, acc);
-    } else {
-      // One key's row at a time: its RP sums would be RP dependent FMA
-      // chains (4-cycle latency, 2 FMAs/cycle: 8 chains needed), so each
-      // sum is split over NA interleaved partial accumulators.
-      constexpr int KB = W / RP;
-      constexpr int NA = 8 / RP > 1 ? 8 / RP : 1;
-      for (int kk = 0; kk < KB; ++kk) {
-        const T* k = static_cast<const T*>(kp[kk]);
-        V part[NA][RP];
-        for (int a = 0; a < NA; ++a)
-          for (int r = 0; r < RP; ++r) part[a][r] = X::Zero();
-        int64_t e = 0;
-        for (; e + NA * W <= De; e += NA * W) {
-          for (int a = 0; a < NA; ++a) {
-            const V kv = X::Load(k + e + a * W);
-            for (int r = 0; r < RP; ++r)
-              part[a][r] = X::Fma(X::Load(qr[r] + e + a * W), kv, part[a][r]);
-          }
-        }
-        for (; e < De; e += W) {
-          const V kv = X::Load(k + e);
-          for (int r = 0; r < RP; ++r)
-            part[0][r] = X::Fma(X::Load(qr[r] + e), kv, part[0][r]);
-        }
-        for (int r = 0; r < RP; ++r) {
-          V sum = part[0][r];
-          for (int a = 1; a < NA; ++a) sum = sum + part[a][r];
-          acc[r * KB + kk] = sum;
-        }
-      }
-    }
-    return X::HAddP(acc);
-  }
-#if defined(__AVX512BF16__)
-  // The same with vdpbf16ps over bf16 Q and K rows (d % 32 == 0): NS vectors
-  // of 32 bf16 per segment.
-  template <int RP, int NS>
-  static void QkSegmentDot(const uint16_t* const* qr, const void* const* kp,
-                           int64_t e0, __m512* acc) {
-    constexpr int KB = 16 / RP;
-    __m512bh qv[RP][NS];
-    for (int r = 0; r < RP; ++r)
-      for (int s = 0; s < NS; ++s)
-        qv[r][s] = (__m512bh)_mm512_loadu_si512(qr[r] + e0 + 32 * s);
+    // One key's row at a time: its RP sums would be RP dependent FMA
+    // chains (4-cycle latency, 2 FMAs/cycle: 8 chains needed), so each
+    // sum is split over NA interleaved partial accumulators.
+    constexpr int KB = W / RP;
+    constexpr int NA = 8 / RP > 1 ? 8 / RP : 1;
     for (int kk = 0; kk < KB; ++kk) {
-      const uint16_t* k = static_cast<const uint16_t*>(kp[kk]) + e0;
-      for (int s = 0; s < NS; ++s) {
-        const __m512bh kv = (__m512bh)_mm512_loadu_si512(k + 32 * s);
+      const T* k = static_cast<const T*>(kp[kk]);
+      V part[NA][RP];
+      for (int a = 0; a < NA; ++a)
+        for (int r = 0; r < RP; ++r) part[a][r] = X::Zero();
+      int64_t e = 0;
+      for (; e + NA * W <= De; e += NA * W) {
+        for (int a = 0; a < NA; ++a) {
+          const V kv = X::Load(k + e + a * W);
+          for (int r = 0; r < RP; ++r)
+            part[a][r] = X::Fma(X::Load(qr[r] + e + a * W), kv, part[a][r]);
+        }
+      }
+      for (; e < De; e += W) {
+        const V kv = X::Load(k + e);
         for (int r = 0; r < RP; ++r)
-          acc[r * KB + kk] = _mm512_dpbf16_ps(acc[r * KB + kk], qv[r][s], kv);
+          part[0][r] = X::Fma(X::Load(qr[r] + e), kv, part[0][r]);
+      }
+      for (int r = 0; r < RP; ++r) {
+        V sum = part[0][r];
+        for (int a = 1; a < NA; ++a) sum = sum + part[a][r];
+        acc[r * KB + kk] = sum;
       }
     }
-  }
-  template <int RP, int NS>
-  static void QkSegmentsDot(const uint16_t* const* qr, const void* const* kp,
-                            int64_t& e0, int64_t d, __m512* acc) {
-    for (; e0 + NS * 32 <= d; e0 += NS * 32)
-      QkSegmentDot<RP, NS>(qr, kp, e0, acc);
-    if constexpr (NS > 1) QkSegmentsDot<RP, NS / 2>(qr, kp, e0, d, acc);
-  }
-  template <int RP>
-  static V QkBlockDot(const uint16_t* const* qr, const void* const* kp,
-                      int64_t d) {
-    __m512 dacc[16];
-    for (int i = 0; i < 16; ++i) dacc[i] = _mm512_setzero_ps();
-    int64_t e0 = 0;
-    QkSegmentsDot<RP, kQkSeg<RP>>(qr, kp, e0, d, dacc);
-    V acc[16];
-    for (int i = 0; i < 16; ++i) acc[i] = dacc[i];
     return X::HAddP(acc);
   }
-#endif
 #if defined(__AVX512F__)
-  static constexpr bool kQkI8 = W == 16;
+  static constexpr bool kQkInPlace = W == 16;
 #else
-  static constexpr bool kQkI8 = false;
+  static constexpr bool kQkInPlace = false;
 #endif
 #if defined(__AVX512F__)
-  // ---- QK^T of int8 K rows (AVX-512)
+  // ---- QK^T on AVX-512 (K rows in place, or widened in the workspace)
   // S[r][0 .. 16) = scale[kk] * (Q[r] . K[kk]) for rn <= RP rows (padded
-  // rows read the zero row and are dropped) and the 16 int8 K rows at
-  // k + kk * ks, kk < nk (the rest read the zero row). Compiled on its own,
-  // never inlined into the flattened decode kernel, with a Q segment of
-  // 8 / RP registers, so the 16 accumulators, the Q segment and the widened
-  // K vector fit in the 32 zmm registers: the f32 path's segment of 16 / RP
-  // spilled the accumulators of an int8 K, whose vector must be widened in
-  // a register before its RP multiply-adds. The keys' scales multiply the
-  // reduced dot products in registers (lane r * KB + kk takes key kk's), so
-  // S is stored once, scaled (a separate pass over S re-read it right
-  // after these narrow stores, and stalled on store forwarding).
-  //
-  // With a bf16 Q (kDot, the ISA has vdpbf16ps, d % 32 == 0) the K vector
-  // is rounded to bf16 after the widening -- exact, |q| <= 127 has 7 bits
-  // -- and QK^T takes one vdpbf16ps per 32 values and row instead of two
-  // multiply-adds: half the multiply-add work of the f32 Q path.
+  // rows read the zero row and are dropped) and the 16 K rows at
+  // k + kk * ks, kk < nk (the rest read the zero row); scale 1 unless K is
+  // int8. Compiled on its own, never inlined into the flattened decode
+  // kernel (there GCC spilled the accumulators around the reduction and
+  // QK^T took about twice the cycles it takes here), with a Q segment of
+  // 8 / RP registers, so the 16 accumulators, the Q segment and the
+  // (widened) K vector fit in the 32 zmm registers. The keys' scales
+  // multiply the reduced dot products in registers (lane r * KB + kk takes
+  // key kk's), so S is stored once, scaled (a separate pass over S re-read
+  // it right after these narrow stores, and stalled on store forwarding).
   template <int RP>
-  static constexpr int kQkSegI8 = 8 / RP > 1 ? 8 / RP : 1;
+  static constexpr int kQkSegInPlace = 8 / RP > 1 ? 8 / RP : 1;
   // sv's lanes in HAddP's order for the keys [kb, kb + KB): lane i takes
   // key kb + i % KB.
   template <int KB>
@@ -347,29 +252,44 @@ struct DecodeMicroKernels {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
-  // How QK^T multiplies one vector of Q by one of int8 K, per Q dtype:
-  // f32 q, L = 16 values per vector, the K vector widened to f32 and one
-  // multiply-add; bf16 q (vdpbf16ps), L = 32 values, the K vector widened,
-  // then rounded to bf16 in its order (exact: |q| <= 127 has 7 bits), one
-  // dot instruction -- half the multiply-add work.
+  // How QK^T multiplies one vector of Q by one of K (stored as KT), per Q
+  // dtype: f32 q, L = 16 values per vector, the K vector loaded (f32) or
+  // widened (bf16, int8) to f32, one multiply-add; bf16 q (vdpbf16ps),
+  // L = 32 values, a bf16 K vector as stored or an int8 one widened, then
+  // rounded to bf16 in its order (exact: |q| <= 127 has 7 bits), one dot
+  // instruction -- half the multiply-add work.
+  template <typename KT>
   struct QkF32Q {
     using T = float;
+    using K = KT;
     using QV = __m512;
     static constexpr int L = 16;
     static QV LoadQ(const T* p) { return _mm512_loadu_ps(p); }
-    static QV LoadK(const int8_t* p) { return Int8ToF32(p); }
+    static QV LoadK(const K* p) {
+      if constexpr (std::is_same_v<K, int8_t>) {
+        return Int8ToF32(p);
+      } else {
+        return X::Load(p);  // f32, or bf16 widened
+      }
+    }
     static __m512 MulAdd(__m512 acc, QV q, QV k) {
       return _mm512_fmadd_ps(q, k, acc);
     }
   };
 #if defined(__AVX512BF16__)
+  template <typename KT>
   struct QkBf16Q {
     using T = uint16_t;
+    using K = KT;
     using QV = __m512bh;
     static constexpr int L = 32;
     static QV LoadQ(const T* p) { return (__m512bh)_mm512_loadu_si512(p); }
-    static QV LoadK(const int8_t* p) {
-      return _mm512_cvtne2ps_pbh(Int8ToF32(p + 16), Int8ToF32(p));
+    static QV LoadK(const K* p) {
+      if constexpr (std::is_same_v<K, int8_t>) {
+        return _mm512_cvtne2ps_pbh(Int8ToF32(p + 16), Int8ToF32(p));
+      } else {
+        return (__m512bh)_mm512_loadu_si512(p);
+      }
     }
     static __m512 MulAdd(__m512 acc, QV q, QV k) {
       return _mm512_dpbf16_ps(acc, q, k);
@@ -384,9 +304,9 @@ struct DecodeMicroKernels {
   // memory, one dependent chain of loads, multiply-adds and stores per key,
   // twice the cycles).
   template <class Q, int RP, int NS>
-  [[gnu::always_inline]] static void QkSegmentI8(const typename Q::T* const* qr,
-                                                 const int8_t* const* k,
-                                                 int64_t e0, __m512* acc) {
+  [[gnu::always_inline]] static void QkSegmentInPlace(
+      const typename Q::T* const* qr, const typename Q::K* const* k, int64_t e0,
+      __m512* acc) {
     constexpr int KB = 16 / RP;
     typename Q::QV qv[RP][NS];
 #pragma GCC unroll 8
@@ -407,33 +327,32 @@ struct DecodeMicroKernels {
   // Segments of NS vectors while they fit in the n values, then the rest in
   // halving sizes (NS is a power of two).
   template <class Q, int RP, int NS>
-  [[gnu::always_inline]] static void QkSegmentsI8(
-      const typename Q::T* const* qr, const int8_t* const* k, int64_t& e0,
-      int64_t n, __m512* acc) {
+  [[gnu::always_inline]] static void QkSegmentsInPlace(
+      const typename Q::T* const* qr, const typename Q::K* const* k,
+      int64_t& e0, int64_t n, __m512* acc) {
     for (; e0 + NS * Q::L <= n; e0 += NS * Q::L)
-      QkSegmentI8<Q, RP, NS>(qr, k, e0, acc);
-    if constexpr (NS > 1) QkSegmentsI8<Q, RP, NS / 2>(qr, k, e0, n, acc);
+      QkSegmentInPlace<Q, RP, NS>(qr, k, e0, acc);
+    if constexpr (NS > 1) QkSegmentsInPlace<Q, RP, NS / 2>(qr, k, e0, n, acc);
   }
-  // q: the rows' Q in the workspace, f32 rows of De (or bf16 rows of d when
-  // dot); rows r0 .. r0 + rn. sv: the 16 keys' scales (1 past nk).
-  template <int RP>
-  [[gnu::noinline]] static void QkI8(bool dot, const float* q, int64_t De,
-                                     int64_t d, int64_t r0, int rn,
-                                     const int8_t* k, int64_t ks, int64_t nk,
-                                     const float* zero, __m512 sv, float* srow,
-                                     const AheadRows& ahead) {
+  // q: the rows' Q in the workspace, rows of Q::T of length n (f32 rows of
+  // De, bf16 rows of d), rows r0 .. r0 + rn. sv: the 16 keys' scales (1
+  // past nk, and for a K that is not int8).
+  template <class Q, int RP>
+  [[gnu::noinline]] static void QkInPlace(const typename Q::T* q, int64_t n,
+                                          int64_t r0, int rn,
+                                          const typename Q::K* k, int64_t ks,
+                                          int64_t nk, const float* zero,
+                                          __m512 sv, float* srow,
+                                          const AheadRows& ahead) {
+    using T = typename Q::T;
+    using K = typename Q::K;
     constexpr int KB = 16 / RP;
-    const int8_t* kz = reinterpret_cast<const int8_t*>(zero);
-    const float* qr[RP];
-    for (int r = 0; r < RP; ++r) qr[r] = r < rn ? q + (r0 + r) * De : zero;
-#if defined(__AVX512BF16__)
-    const uint16_t* qb[RP];
+    const K* kz = reinterpret_cast<const K*>(zero);
+    const T* qr[RP];
     for (int r = 0; r < RP; ++r)
-      qb[r] = r < rn ? reinterpret_cast<const uint16_t*>(q) + (r0 + r) * d
-                     : reinterpret_cast<const uint16_t*>(zero);
-#endif
+      qr[r] = r < rn ? q + (r0 + r) * n : reinterpret_cast<const T*>(zero);
     for (int kb = 0; kb < 16; kb += KB) {
-      const int8_t* kr[KB];
+      const K* kr[KB];
       for (int kk = 0; kk < KB; ++kk) {
         ahead.Fetch(kb + kk);
         kr[kk] = kb + kk < nk ? k + (kb + kk) * ks : kz;
@@ -441,24 +360,18 @@ struct DecodeMicroKernels {
       __m512 acc[16];
       for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
       int64_t e0 = 0;
-#if defined(__AVX512BF16__)
-      if (dot)
-        QkSegmentsI8<QkBf16Q, RP, kQkSegI8<RP>>(qb, kr, e0, d, acc);
-      else
-#endif
-        QkSegmentsI8<QkF32Q, RP, kQkSegI8<RP>>(qr, kr, e0, De, acc);
+      QkSegmentsInPlace<Q, RP, kQkSegInPlace<RP>>(qr, kr, e0, n, acc);
       V accv[16];
       for (int i = 0; i < 16; ++i) accv[i] = acc[i];
       const __m512 st = _mm512_mul_ps(X::HAddP(accv), BlockScales<KB>(sv, kb));
-      // Row r's KB keys are lanes [r * KB, r * KB + KB).
-      alignas(64) float t[16];
-      _mm512_store_ps(t, st);
+      // Row r's KB keys are lanes [r * KB, r * KB + KB): one store per row,
+      // of those lanes only, at the address that puts lane r * KB at key kb
+      // of row r (a masked store touches no other lane's memory).
       for (int r = 0; r < rn; ++r)
-        for (int kk = 0; kk < KB; ++kk)
-          srow[r * kDecodeTileKeys + kb + kk] = t[r * KB + kk];
+        _mm512_mask_storeu_ps(
+            srow + r * (kDecodeTileKeys - KB) + kb,
+            static_cast<__mmask16>(((1u << KB) - 1) << (r * KB)), st);
     }
-    (void)dot;
-    (void)d;
   }
 #endif
   // S[r0 + r][0 .. W) for rn <= RP rows (padded rows read the zero row and
@@ -466,9 +379,9 @@ struct DecodeMicroKernels {
   // an i8 row's dot is in its integers, the caller applies its scale);
   // ahead.Fetch(kk) for each key.
   template <int RP>
-  static void QkGroup(bool dot, DType k_type, const float* q, int64_t De,
-                      int64_t d, int64_t r0, int rn, const void* const* kp,
-                      const float* zero, float* srow, const AheadRows& ahead) {
+  static void QkGroup(DType k_type, const float* q, int64_t De, int64_t r0,
+                      int rn, const void* const* kp, const float* zero,
+                      float* srow, const AheadRows& ahead) {
     static_assert(RP <= W);
     constexpr int KB = W / RP;
     alignas(64) float t[W];
@@ -476,23 +389,10 @@ struct DecodeMicroKernels {
     for (int r = 0; r < RP; ++r) qr[r] = r < rn ? q + (r0 + r) * De : zero;
     for (int kb = 0; kb < W; kb += KB) {
       for (int kk = kb; kk < kb + KB; ++kk) ahead.Fetch(kk);
-#if defined(__AVX512BF16__)
-      if (dot) {
-        const uint16_t* qb[RP];
-        for (int r = 0; r < RP; ++r)
-          qb[r] = r < rn ? reinterpret_cast<const uint16_t*>(q) + (r0 + r) * d
-                         : reinterpret_cast<const uint16_t*>(zero);
-        X::Store(t, QkBlockDot<RP>(qb, kp + kb, d));
-      } else
-#endif
-      {
-        (void)dot;
-        (void)d;
-        X::Store(t,
-                 k_type == DType::kBF16 ? QkBlock<RP, uint16_t>(qr, kp + kb, De)
-                 : k_type == DType::kI8 ? QkBlock<RP, int8_t>(qr, kp + kb, De)
-                                        : QkBlock<RP, float>(qr, kp + kb, De));
-      }
+      X::Store(t, k_type == DType::kBF16
+                      ? QkBlock<RP, uint16_t>(qr, kp + kb, De)
+                  : k_type == DType::kI8 ? QkBlock<RP, int8_t>(qr, kp + kb, De)
+                                         : QkBlock<RP, float>(qr, kp + kb, De));
       for (int r = 0; r < rn; ++r)
         for (int kk = 0; kk < KB; ++kk)
           srow[r * kDecodeTileKeys + kb + kk] = t[r * KB + kk];
