@@ -238,42 +238,52 @@ struct DecodeKernel {
   }
 
 #if defined(__AVX512F__)
-  // 16 keys of one kv head for QkInPlace: K rows k + kk * ks (kk < nk), the
-  // keys' scales (1 unless int8), S columns from jb, the rows from s0, and
-  // the K rows the first row group prefetches.
+  // 16 K rows of one kv head for QkInPlace: rows k + kk * ks (kk < nk), the
+  // keys' scales (1 unless int8), the item's rows from s0, and the K rows
+  // the first row group prefetches.
   struct KeyBlock {
     const char* k;
-    int64_t ks, nk, jb, s0;
+    int64_t ks, nk, s0;
     __m512 sv;
     AheadRows ahead;
   };
   // The row groups of one kv head's rows [s0, s0 + Rh) through QkInPlace
-  // with the q/K policy Q (q rows of n values of Q::T).
+  // with the q/K policy Q: q rows of n values of Q::T at q + row * qs, row
+  // s0 + r's sums at out + r * os (stored, or added when `add`).
   template <class Q>
-  ATTNKIT_SIMD_STEP static void QkRowGroups(const Item& it, int64_t n,
-                                            const KeyBlock& kb) {
-    const auto* qt = reinterpret_cast<const typename Q::T*>(it.q);
+  ATTNKIT_SIMD_STEP static void DotRowGroups(const Item& it, const void* q,
+                                             int64_t qs, int64_t n,
+                                             const KeyBlock& kb, float* out,
+                                             int64_t os, bool add) {
+    const auto* qt = static_cast<const typename Q::T*>(q);
     const auto* kt = reinterpret_cast<const typename Q::K*>(kb.k);
     const int64_t s0 = kb.s0;
     for (int64_t r0 = s0; r0 < s0 + it.Rh; r0 += kQkRowGroup) {
       const int rn = static_cast<int>(
           s0 + it.Rh - r0 < kQkRowGroup ? s0 + it.Rh - r0 : kQkRowGroup);
-      float* srow = it.sm + r0 * kDecodeTileKeys + kb.jb;
+      const typename Micro::DotOut o{out + (r0 - s0) * os, os, add};
       const AheadRows& ahead = r0 == s0 ? kb.ahead : AheadRows{};
       if (rn == 1) {
-        Micro::template QkInPlace<Q, 1>(qt, n, r0, rn, kt, kb.ks, kb.nk,
-                                        it.zero, kb.sv, srow, ahead);
+        Micro::template QkInPlace<Q, 1>(qt, qs, n, r0, rn, kt, kb.ks, kb.nk,
+                                        it.zero, kb.sv, o, ahead);
       } else if (rn == 2) {
-        Micro::template QkInPlace<Q, 2>(qt, n, r0, rn, kt, kb.ks, kb.nk,
-                                        it.zero, kb.sv, srow, ahead);
+        Micro::template QkInPlace<Q, 2>(qt, qs, n, r0, rn, kt, kb.ks, kb.nk,
+                                        it.zero, kb.sv, o, ahead);
       } else if (rn <= 4) {
-        Micro::template QkInPlace<Q, 4>(qt, n, r0, rn, kt, kb.ks, kb.nk,
-                                        it.zero, kb.sv, srow, ahead);
+        Micro::template QkInPlace<Q, 4>(qt, qs, n, r0, rn, kt, kb.ks, kb.nk,
+                                        it.zero, kb.sv, o, ahead);
       } else {
         Micro::template QkInPlace<Q, kQkRowGroup>(
-            qt, n, r0, rn, kt, kb.ks, kb.nk, it.zero, kb.sv, srow, ahead);
+            qt, qs, n, r0, rn, kt, kb.ks, kb.nk, it.zero, kb.sv, o, ahead);
       }
     }
+  }
+  // QK^T's row groups: q rows of n values, S of the tile's keys from jb.
+  template <class Q>
+  ATTNKIT_SIMD_STEP static void QkRowGroups(const Item& it, int64_t n,
+                                            const KeyBlock& kb, int64_t jb) {
+    DotRowGroups<Q>(it, it.q, n, n, kb, it.sm + kb.s0 * kDecodeTileKeys + jb,
+                    kDecodeTileKeys, false);
   }
 #endif
 
@@ -291,7 +301,6 @@ struct DecodeKernel {
       KeyBlock kb{it.kdata + a.k.Offset(b, kvh, j, 0) * it.esize,
                   a.k.strides[2],
                   t.nt - jb < W ? t.nt - jb : W,
-                  jb,
                   s0,
                   _mm512_set1_ps(1.0f),
                   KeysAhead(it, t, kvh, jb)};
@@ -318,24 +327,26 @@ struct DecodeKernel {
         }
         kb.k = reinterpret_cast<const char*>(it.kw);
         kb.ks = it.De;
-        return QkRowGroups<typename M::template QkF32Q<float>>(it, it.De, kb);
+        return QkRowGroups<typename M::template QkF32Q<float>>(it, it.De, kb,
+                                                               jb);
       }
 #if defined(__AVX512BF16__)
       if (it.dot) {  // bf16 q rows of d
         if (it.i8)
-          return QkRowGroups<typename M::template QkBf16Q<int8_t>>(it, it.d,
-                                                                   kb);
-        return QkRowGroups<typename M::template QkBf16Q<uint16_t>>(it, it.d,
-                                                                   kb);
+          return QkRowGroups<typename M::template QkBf16Q<int8_t>>(it, it.d, kb,
+                                                                   jb);
+        return QkRowGroups<typename M::template QkBf16Q<uint16_t>>(it, it.d, kb,
+                                                                   jb);
       }
 #endif
       // f32 q rows of De
       if (it.i8)
-        return QkRowGroups<typename M::template QkF32Q<int8_t>>(it, it.De, kb);
+        return QkRowGroups<typename M::template QkF32Q<int8_t>>(it, it.De, kb,
+                                                                jb);
       if (it.bf16)
-        return QkRowGroups<typename M::template QkF32Q<uint16_t>>(it, it.De,
-                                                                  kb);
-      return QkRowGroups<typename M::template QkF32Q<float>>(it, it.De, kb);
+        return QkRowGroups<typename M::template QkF32Q<uint16_t>>(it, it.De, kb,
+                                                                  jb);
+      return QkRowGroups<typename M::template QkF32Q<float>>(it, it.De, kb, jb);
     }
 #endif
     (void)it, (void)t, (void)kvh, (void)s0, (void)jb;
@@ -411,10 +422,56 @@ struct DecodeKernel {
   // O += P V for transposed V: V^T rows (one per e) along the keys, dotted
   // with P rows, W of e at a time, reduced by haddp. A full f32 tile is read
   // in place; a tail or bf16 tile is widened into zero-padded rows.
+#if defined(__AVX512F__)
+  // O[r][e] += P[r] . V^T[e] has QK^T's shape -- P rows for the q rows,
+  // V^T rows (along the keys) for the K rows -- so on AVX-512 it runs on
+  // QkInPlace, 16 of e at a time: each V^T vector is loaded (and widened)
+  // once for all the kv head's rows. V^T rows of policy Q's type at
+  // v + e * vs, ntp keys each.
+  template <class Q>
+  ATTNKIT_SIMD_STEP static void PvTransposedRows(const Item& it, const Tile& t,
+                                                 const char* v, int64_t vs,
+                                                 int64_t s0) {
+    const int64_t d = it.d;
+    const int64_t vbytes = vs * static_cast<int64_t>(sizeof(typename Q::K));
+    for (int64_t e0 = 0; e0 < d; e0 += W) {
+      const KeyBlock vb{v + e0 * vbytes,         vs,
+                        d - e0 < W ? d - e0 : W, s0,
+                        _mm512_set1_ps(1.0f),    AheadRows{}};
+      DotRowGroups<Q>(it, it.sm, kDecodeTileKeys, t.ntp, vb,
+                      it.o + s0 * it.De + e0, it.De, true);
+    }
+  }
+#endif
   ATTNKIT_SIMD_STEP static void PvTransposedV(const Item& it, const Tile& t,
                                               int64_t kvh, int64_t s0) {
     const AttentionArgs& a = it.a;
     const int64_t d = it.d, De = it.De, nt = t.nt, ntp = t.ntp;
+#if defined(__AVX512F__)
+    if constexpr (Micro::kQkInPlace) {
+      using M = Micro;
+      if (nt == ntp) {  // a whole tile: V^T read in place
+        const char* v =
+            it.vdata + a.v.Offset(it.job.batch, kvh, t.j0, 0) * it.esize;
+        const int64_t vs = a.v.strides[3];
+        if (it.i8)
+          return PvTransposedRows<typename M::template QkF32Q<int8_t>>(it, t, v,
+                                                                       vs, s0);
+        if (it.bf16)
+          return PvTransposedRows<typename M::template QkF32Q<uint16_t>>(
+              it, t, v, vs, s0);
+        return PvTransposedRows<typename M::template QkF32Q<float>>(it, t, v,
+                                                                    vs, s0);
+      }
+      for (int64_t e = 0; e < d; ++e) {  // the last tile: widened, padded
+        LoadRow(a.v, a.v.Offset(it.job.batch, kvh, t.j0, e), 1, nt,
+                it.vw + e * kDecodeTileKeys);
+        ZeroFloats(it.vw + e * kDecodeTileKeys + nt, ntp - nt);
+      }
+      return PvTransposedRows<typename M::template QkF32Q<float>>(
+          it, t, reinterpret_cast<const char*>(it.vw), kDecodeTileKeys, s0);
+    }
+#endif
     const float* vbase = nullptr;
     int64_t vs = kDecodeTileKeys;
     if (it.kv == DType::kF32 && nt == ntp) {

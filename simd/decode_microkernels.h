@@ -334,15 +334,23 @@ struct DecodeMicroKernels {
       QkSegmentInPlace<Q, RP, NS>(qr, k, e0, acc);
     if constexpr (NS > 1) QkSegmentsInPlace<Q, RP, NS / 2>(qr, k, e0, n, acc);
   }
-  // q: the rows' Q in the workspace, rows of Q::T of length n (f32 rows of
-  // De, bf16 rows of d), rows r0 .. r0 + rn. sv: the 16 keys' scales (1
-  // past nk, and for a K that is not int8).
+  // Where QkInPlace's sums go: row r0 + r's 16 values at p + r * stride,
+  // stored (S) or added to what is there (O, for P.V over transposed V).
+  struct DotOut {
+    float* p;
+    int64_t stride;
+    bool add;
+  };
+  // q: rows of n values of Q::T at q + row * qs (the rows' Q in the
+  // workspace: f32 rows of De, bf16 rows of d; or P rows for transposed V),
+  // rows r0 .. r0 + rn. sv: the 16 keys' scales (1 past nk, and for a K
+  // that is not int8).
   template <class Q, int RP>
-  [[gnu::noinline]] static void QkInPlace(const typename Q::T* q, int64_t n,
-                                          int64_t r0, int rn,
+  [[gnu::noinline]] static void QkInPlace(const typename Q::T* q, int64_t qs,
+                                          int64_t n, int64_t r0, int rn,
                                           const typename Q::K* k, int64_t ks,
                                           int64_t nk, const float* zero,
-                                          __m512 sv, float* srow,
+                                          __m512 sv, DotOut out,
                                           const AheadRows& ahead) {
     using T = typename Q::T;
     using K = typename Q::K;
@@ -350,7 +358,7 @@ struct DecodeMicroKernels {
     const K* kz = reinterpret_cast<const K*>(zero);
     const T* qr[RP];
     for (int r = 0; r < RP; ++r)
-      qr[r] = r < rn ? q + (r0 + r) * n : reinterpret_cast<const T*>(zero);
+      qr[r] = r < rn ? q + (r0 + r) * qs : reinterpret_cast<const T*>(zero);
     for (int kb = 0; kb < 16; kb += KB) {
       const K* kr[KB];
       for (int kk = 0; kk < KB; ++kk) {
@@ -364,13 +372,16 @@ struct DecodeMicroKernels {
       V accv[16];
       for (int i = 0; i < 16; ++i) accv[i] = acc[i];
       const __m512 st = _mm512_mul_ps(X::HAddP(accv), BlockScales<KB>(sv, kb));
-      // Row r's KB keys are lanes [r * KB, r * KB + KB): one store per row,
-      // of those lanes only, at the address that puts lane r * KB at key kb
-      // of row r (a masked store touches no other lane's memory).
-      for (int r = 0; r < rn; ++r)
+      // Row r's KB sums are lanes [r * KB, r * KB + KB): one store per row,
+      // of those lanes only, at the address that puts lane r * KB at column
+      // kb of row r (masked loads and stores touch no other lane's memory).
+      for (int r = 0; r < rn; ++r) {
+        float* dst = out.p + r * (out.stride - KB) + kb;
+        const auto m = static_cast<__mmask16>(((1u << KB) - 1) << (r * KB));
         _mm512_mask_storeu_ps(
-            srow + r * (kDecodeTileKeys - KB) + kb,
-            static_cast<__mmask16>(((1u << KB) - 1) << (r * KB)), st);
+            dst, m,
+            out.add ? _mm512_add_ps(st, _mm512_maskz_loadu_ps(m, dst)) : st);
+      }
     }
   }
 #endif
