@@ -214,7 +214,13 @@ void Emitter::emit() {
     qpack_ = tileBuffer({rows_, (f_.d + kLanes - 1) / kLanes * kLanes});
     scores_ = tileBuffer({rows_, f_.bk});
   }
-  acc_ = accTransposed_ ? tileBuffer({f_.d, rows_}) : tileBuffer({rows_, f_.d});
+  // Decode rows padded to whole vectors: the transposed-V P.V stores blocks
+  // of up to 16 dims (pvTransposedDecode).
+  acc_ = accTransposed_
+             ? tileBuffer({f_.d, rows_})
+             : tileBuffer({rows_, prefill
+                                      ? f_.d
+                                      : (f_.d + kLanes - 1) / kLanes * kLanes});
   mrow_ = tileBuffer({rows_});
   lrow_ = tileBuffer({rows_});
   alpha_ = tileBuffer({rows_});

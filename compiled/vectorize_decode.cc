@@ -9,23 +9,47 @@ using namespace mlir;
 
 namespace attnkit::compiled::vectorize {
 
-/// Transposed V, decode kernel: acc[r][d] = acc * alpha +
-/// reduce_j(P[r][j] * Vᵀ[d][j0+j]) with Vᵀ rows streamed (masked past bk).
+/// Transposed V, decode kernel: acc[r][e] = acc * alpha +
+/// sum_j P[r][j] * Vᵀ[e][j0+j]. That is QKᵀ's shape (P rows for the q rows,
+/// Vᵀ rows along the keys for the K rows), so it runs like qkDecodeBlock:
+/// blocks of rb rows x kb = 16 / rb dims e, each Vᵀ vector loaded (and
+/// widened) once for the rb rows, the 16 (row, e) sums reduced together by
+/// one transposeReduce -- not one horizontal reduction per row and e.
+/// Dims past d repeat row d - 1 and land in acc_'s padding (its rows are
+/// padded to whole vectors in the decode kernel).
 void Emitter::pvTransposedDecode(Value j0, Value bk) {
-  loop(cI(0), cI(f_.d), cI(1), [&](Value dd) {
-    SmallVector<Value> vt;
-    for (int64_t jc = 0; jc < f_.bk; jc += kLanes)
-      vt.push_back(
-          loadMasked(f_.v, {dd, add(j0, cI(jc))}, kLanes, sub(bk, cI(jc))));
-    for (int64_t r = 0; r < rows_; ++r) {
-      Value a = splatF(0.0f, kLanes);
-      for (int64_t c = 0; c < static_cast<int64_t>(vt.size()); ++c)
-        a = fma(loadV(scores_, {cI(r), cI(c * kLanes)}, kLanes), vt[c], a);
-      Value old = fmul(loadS(acc_, {cI(r), dd}), loadS(alpha_, {cI(r)}));
-      storeS(fadd(old, reduce(vector::CombiningKind::ADD, a)), acc_,
-             {cI(r), dd});
-    }
-  });
+  const int64_t d = f_.d;
+  for (int64_t r0 = 0, rb = 8; r0 < rows_; r0 += rb) {
+    while (rb > rows_ - r0)
+      rb /= 2;
+    const int64_t kb = kLanes / rb;
+    loop(cI(0), cI(d), cI(kb), [&](Value e0) {
+      SmallVector<Value> es;
+      for (int64_t x = 0; x < kb; ++x)
+        es.push_back(minI(add(e0, cI(x)), cI(d - 1)));
+      SmallVector<Value> acc(kLanes, splatF(0.0f, kLanes));
+      for (int64_t jc = 0; jc < f_.bk; jc += kLanes) {
+        SmallVector<Value> pv;
+        for (int64_t y = 0; y < rb; ++y)
+          pv.push_back(loadV(scores_, {cI(r0 + y), cI(jc)}, kLanes));
+        for (int64_t x = 0; x < kb; ++x) {
+          Value vt = loadMasked(f_.v, {es[x], add(j0, cI(jc))}, kLanes,
+                                sub(bk, cI(jc)));
+          for (int64_t y = 0; y < rb; ++y)
+            acc[y * kb + x] = fma(vt, pv[y], acc[y * kb + x]);
+        }
+      }
+      Value sums = transposeReduce(acc);
+      for (int64_t y = 0; y < rb; ++y) {
+        Value part = vector::ExtractStridedSliceOp::create(
+            b_, loc_, sums, ArrayRef<int64_t>{y * kb}, ArrayRef<int64_t>{kb},
+            ArrayRef<int64_t>{1});
+        Value old = fmul(loadV(acc_, {cI(r0 + y), e0}, kb),
+                         splat(loadS(alpha_, {cI(r0 + y)}), kb));
+        storeV(fadd(old, part), acc_, {cI(r0 + y), e0});
+      }
+    });
+  }
 }
 
 /// Reduces 16 vector<16xf32> to one vector whose lane l is the sum of the
