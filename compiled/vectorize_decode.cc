@@ -27,6 +27,18 @@ void Emitter::pvTransposedDecode(Value j0, Value bk) {
       SmallVector<Value> es;
       for (int64_t x = 0; x < kb; ++x)
         es.push_back(minI(add(e0, cI(x)), cI(d - 1)));
+      // The next tile's part of these Vᵀ rows, into L2: d rows a tile apart
+      // in memory are more streams than the hardware prefetchers follow.
+      if (r0 == 0) {
+        Value n = memref::DimOp::create(b_, loc_, f_.v, 1);
+        const int64_t perLine = 512 / elemOf(f_.v).getIntOrFloatBitWidth();
+        for (Value e : es)
+          for (int64_t o = 0; o < f_.bk; o += perLine)
+            memref::PrefetchOp::create(
+                b_, loc_, f_.v,
+                ValueRange{e, minI(add(j0, cI(f_.bk + o)), sub(n, cI(1)))},
+                /*isWrite=*/false, /*localityHint=*/2, /*isDataCache=*/true);
+      }
       SmallVector<Value> acc(kLanes, splatF(0.0f, kLanes));
       for (int64_t jc = 0; jc < f_.bk; jc += kLanes) {
         SmallVector<Value> pv;
