@@ -127,6 +127,16 @@ struct DecodeKernel {
     }
   }
 
+  // K row j of kv head kvh widened into workspace row kk (f32, zero padded
+  // to De) -- for d not a multiple of W; returns the row.
+  ATTNKIT_SIMD_STEP static const float* WidenKeyRow(const Item& it, int64_t kvh,
+                                                    int64_t j, int64_t kk) {
+    float* kw = it.kw + kk * it.De;
+    LoadRow(it.a.k, it.a.k.Offset(it.job.batch, kvh, j, 0), 1, it.d, kw);
+    ZeroFloats(kw + it.d, it.De - it.d);
+    return kw;
+  }
+
   // kp[kk] = K row j0 + jb + kk of kv head kvh, kk < W: in place, widened
   // into the workspace (d not a multiple of W), or the zero row past the
   // tile (masked later), so the QK^T loop is uniform.
@@ -134,7 +144,7 @@ struct DecodeKernel {
                                         int64_t kvh, int64_t jb,
                                         const void** kp) {
     const AttentionArgs& a = it.a;
-    const int64_t b = it.job.batch, d = it.d, De = it.De;
+    const int64_t b = it.job.batch;
     for (int kk = 0; kk < W; ++kk) {
       const int64_t j = jb + kk;
       if (j >= t.nt) {
@@ -142,10 +152,7 @@ struct DecodeKernel {
       } else if (it.in_place) {
         kp[kk] = it.kdata + a.k.Offset(b, kvh, t.j0 + j, 0) * it.esize;
       } else {
-        float* kw = it.kw + kk * De;
-        LoadRow(a.k, a.k.Offset(b, kvh, t.j0 + j, 0), 1, d, kw);
-        ZeroFloats(kw + d, De - d);
-        kp[kk] = kw;
+        kp[kk] = WidenKeyRow(it, kvh, t.j0 + j, kk);
       }
     }
   }
@@ -320,11 +327,7 @@ struct DecodeKernel {
       PrefetchNextVt(it, t, kvh, jb);
       using M = Micro;
       if (!it.in_place) {
-        for (int64_t kk = 0; kk < kb.nk; ++kk) {
-          float* kw = it.kw + kk * it.De;
-          LoadRow(a.k, a.k.Offset(b, kvh, j + kk, 0), 1, it.d, kw);
-          ZeroFloats(kw + it.d, it.De - it.d);
-        }
+        for (int64_t kk = 0; kk < kb.nk; ++kk) WidenKeyRow(it, kvh, j + kk, kk);
         kb.k = reinterpret_cast<const char*>(it.kw);
         kb.ks = it.De;
         return QkRowGroups<typename M::template QkF32Q<float>>(it, it.De, kb,

@@ -248,10 +248,6 @@ struct DecodeMicroKernels {
                          _mm512_and_si512(lane, _mm512_set1_epi32(KB - 1)));
     return _mm512_permutexvar_ps(idx, sv);
   }
-  static __m512 Int8ToF32(const int8_t* p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-  }
   // How QK^T multiplies one vector of Q by one of K (stored as KT), per Q
   // dtype: f32 q, L = 16 values per vector, the K vector loaded (f32) or
   // widened (bf16, int8) to f32, one multiply-add; bf16 q (vdpbf16ps),
@@ -265,13 +261,7 @@ struct DecodeMicroKernels {
     using QV = __m512;
     static constexpr int L = 16;
     static QV LoadQ(const T* p) { return _mm512_loadu_ps(p); }
-    static QV LoadK(const K* p) {
-      if constexpr (std::is_same_v<K, int8_t>) {
-        return Int8ToF32(p);
-      } else {
-        return X::Load(p);  // f32, or bf16 widened
-      }
-    }
+    static QV LoadK(const K* p) { return X::Load(p); }  // widened as stored
     static __m512 MulAdd(__m512 acc, QV q, QV k) {
       return _mm512_fmadd_ps(q, k, acc);
     }
@@ -286,7 +276,7 @@ struct DecodeMicroKernels {
     static QV LoadQ(const T* p) { return (__m512bh)_mm512_loadu_si512(p); }
     static QV LoadK(const K* p) {
       if constexpr (std::is_same_v<K, int8_t>) {
-        return _mm512_cvtne2ps_pbh(Int8ToF32(p + 16), Int8ToF32(p));
+        return _mm512_cvtne2ps_pbh(X::Load(p + 16), X::Load(p));
       } else {
         return (__m512bh)_mm512_loadu_si512(p);
       }
