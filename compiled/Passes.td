@@ -176,7 +176,14 @@ def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",
     "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect",
-    "mlir::vector::VectorDialect"
+    "mlir::vector::VectorDialect", "mlir::x86vector::X86VectorDialect"
+  ];
+  let options = [
+    Option<"bf16Dot", "bf16-dot", "bool", /*default=*/"false",
+           "QK^T of a bf16 Q and K on AVX512_BF16's vdpbf16ps "
+           "(x86vector.avx512.dot: two bf16 products per f32 lane, half the "
+           "instructions of widened f32 FMAs); the code then needs a CPU "
+           "with AVX512_BF16 (KernelSpec::bf16Dot says whether it has one)">
   ];
 }
 

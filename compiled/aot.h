@@ -15,14 +15,14 @@
 // to be unique and the same in attnkit-compile (which names the kernel) and
 // aot_registry.cc (which takes its address); the kernel cache looks kernels up
 // by spec.
-#define ATTNKIT_AOT_SPEC(headDim_, dtype_, mask_, group_, queryTile_)          \
+#define ATTNKIT_AOT_SPEC(headDim_, dtype_, mask_, group_, queryTile_, dot_)    \
   ::attnkit::compiled::KernelSpec {                                            \
     .headDim = headDim_, .elem = ::attnkit::DType::k##dtype_,                  \
     .mask = ::attnkit::MaskKind::k##mask_, .group = group_,                    \
-    .queryTile = queryTile_                                                    \
+    .queryTile = queryTile_, .bf16Dot = dot_ != 0                              \
   }
-#define ATTNKIT_AOT_SYMBOL(headDim_, dtype_, mask_, group_, queryTile_)        \
-  attnkit_aot_d##headDim_##_##dtype_##_##mask_##_g##group_##_q##queryTile_
+#define ATTNKIT_AOT_SYMBOL(headDim_, dtype_, mask_, group_, queryTile_, dot_)  \
+  attnkit_aot_d##headDim_##_##dtype_##_##mask_##_g##group_##_q##queryTile_##_dot##dot_
 #define ATTNKIT_AOT_CAT_(a, b) a##b
 #define ATTNKIT_AOT_CAT(a, b) ATTNKIT_AOT_CAT_(a, b)
 #define ATTNKIT_AOT_STR_(x) #x
@@ -36,11 +36,13 @@ struct AotListed {
   const char *symbol; // the kernel's C interface is `_mlir_ciface_` + this
 };
 
-/// Every kernel listed, whether or not this build compiled them.
+/// Every kernel listed, whether or not this build compiled them. A
+/// bf16Dot kernel is in the list (and the build) whatever the build machine's
+/// CPU; the kernel cache serves it only on a CPU with AVX512_BF16.
 inline constexpr AotListed kAotKernelList[] = {
-#define ATTNKIT_AOT_KERNEL(d, t, m, g, q)                                      \
-  {ATTNKIT_AOT_SPEC(d, t, m, g, q),                                            \
-   ATTNKIT_AOT_STR(ATTNKIT_AOT_SYMBOL(d, t, m, g, q))},
+#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x)                                   \
+  {ATTNKIT_AOT_SPEC(d, t, m, g, q, x),                                         \
+   ATTNKIT_AOT_STR(ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x))},
 #include "compiled/aot_kernels.inc"
 #undef ATTNKIT_AOT_KERNEL
 };

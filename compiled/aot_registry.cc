@@ -3,8 +3,9 @@
 #if ATTNKIT_AOT_KERNELS_BUILT
 // Only the addresses are taken; the real signature is AttentionFn (jit.h).
 extern "C" {
-#define ATTNKIT_AOT_KERNEL(d, t, m, g, q)                                      \
-  void ATTNKIT_AOT_CAT(_mlir_ciface_, ATTNKIT_AOT_SYMBOL(d, t, m, g, q))(void);
+#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x)                                   \
+  void ATTNKIT_AOT_CAT(_mlir_ciface_,                                          \
+                       ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x))(void);
 #include "compiled/aot_kernels.inc"
 #undef ATTNKIT_AOT_KERNEL
 }
@@ -15,10 +16,10 @@ namespace attnkit::compiled {
 std::span<const AotKernel> aotKernels() {
 #if ATTNKIT_AOT_KERNELS_BUILT
   static const AotKernel kernels[] = {
-#define ATTNKIT_AOT_KERNEL(d, t, m, g, q)                                      \
-  {ATTNKIT_AOT_SPEC(d, t, m, g, q),                                            \
-   reinterpret_cast<void *>(                                                   \
-       &ATTNKIT_AOT_CAT(_mlir_ciface_, ATTNKIT_AOT_SYMBOL(d, t, m, g, q)))},
+#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x)                                   \
+  {ATTNKIT_AOT_SPEC(d, t, m, g, q, x),                                         \
+   reinterpret_cast<void *>(&ATTNKIT_AOT_CAT(                                  \
+       _mlir_ciface_, ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x)))},
 #include "compiled/aot_kernels.inc"
 #undef ATTNKIT_AOT_KERNEL
   };

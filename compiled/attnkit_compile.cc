@@ -111,6 +111,12 @@ static cl::opt<bool> qkvBiasOpt("qkv-bias",
                                 cl::init(false));
 static cl::opt<bool> woOpt("wo", cl::desc("the block's output projection"),
                            cl::init(false));
+// The vdpbf16ps variant of a bf16 kernel (KernelSpec::bf16Dot): emitted for
+// any host (the AOT build makes both), run only on one with AVX512_BF16.
+static cl::opt<bool>
+    bf16DotOpt("bf16-dot",
+               cl::desc("QK^T on AVX512_BF16's vdpbf16ps (bf16 Q and K/V)"),
+               cl::init(false));
 static cl::opt<std::string> outputFile("o", cl::desc("output file"),
                                        cl::init("-"));
 static cl::opt<bool> printKey("print-key",
@@ -220,6 +226,11 @@ static int run(int argc, char **argv) {
 
   spec.queryTile =
       queryTile.getNumOccurrences() ? queryTile : queryTileFor(qLen);
+  spec.bf16Dot = bf16DotOpt;
+  if (spec.bf16Dot && !spec.bf16DotApplies())
+    return fail("--bf16-dot: needs --dtype bf16 with bf16 K/V (got --dtype=" +
+                dtypeOpt + (kvDtypeOpt.empty() ? "" : " --kv-dtype=") +
+                kvDtypeOpt + ")");
 
   std::optional<BlockSpec> block;
   if (hiddenOpt != 0) {
@@ -256,6 +267,7 @@ static int run(int argc, char **argv) {
   PipelineOptions options;
   options.flash.queryTile = spec.queryTile;
   options.flash.kvTile = kvTile;
+  options.vectorize.bf16Dot = spec.bf16Dot;
   options.printIrAfterAll = printAfterAll;
   if (emitLlvmIr) {
     // A listed kernel is named by its AOT symbol: the one aot.h gives the

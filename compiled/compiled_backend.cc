@@ -1,6 +1,7 @@
 #include "compiled/compiled_backend.h"
 
 #include "runtime/accounting.h"
+#include "runtime/cpu_features.h"
 #include "runtime/parallel.h"
 #include "runtime/split_kv.h"
 
@@ -9,7 +10,7 @@
 
 namespace attnkit::compiled {
 
-KernelSpec specFor(const AttentionProblem &p) {
+KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
   KernelSpec s;
   s.headDim = p.head_dim;
   s.elem = p.dtype;
@@ -22,6 +23,7 @@ KernelSpec specFor(const AttentionProblem &p) {
   for (int64_t q : p.q_lens)
     maxQ = std::max(maxQ, q);
   s.queryTile = queryTileFor(maxQ);
+  s.bf16Dot = bf16Dot && s.bf16DotApplies() && CpuHasAvx512Bf16();
   return s;
 }
 
@@ -67,6 +69,9 @@ PartialLayout partialLayoutFor(int64_t g, int64_t d) {
 
 class CompiledBackend final : public Backend {
 public:
+  explicit CompiledBackend(CompiledBackendOptions options)
+      : options_(options) {}
+
   std::string_view name() const override { return "compiled"; }
 
   std::string Notes() const override {
@@ -75,10 +80,16 @@ public:
     std::string s =
         std::to_string(c.compilations()) + " kernel(s) JIT-compiled";
     if (dir.empty())
-      return s + ", no on-disk kernel cache";
-    return s + " (" + std::to_string(c.diskStores()) + " stored), " +
+      s += ", no on-disk kernel cache";
+    else
+      s += " (" + std::to_string(c.diskStores()) + " stored), " +
            std::to_string(c.diskLoads()) + " loaded from the kernel cache " +
            dir;
+    // Which of the two bf16 code paths this CPU gets.
+    s += options_.bf16Dot && CpuHasAvx512Bf16()
+             ? "; bf16 QK^T on vdpbf16ps (AVX512_BF16)"
+             : "; bf16 QK^T widened to f32 FMAs";
+    return s;
   }
 
   Status Supports(const AttentionProblem &p) const override {
@@ -161,6 +172,7 @@ private:
   // Kernels this backend has used, so a warmed-up call skips the cache's key
   // string (an allocation) and mutex.
   std::vector<std::pair<KernelSpec, const CompiledKernel *>> kernels_;
+  const CompiledBackendOptions options_;
   // Reused across calls (clear() keeps the capacity): no allocation once a
   // shape has been seen.
   std::vector<WorkItem> items_;
@@ -312,7 +324,7 @@ void CompiledBackend::mergeSplits(const Call &c, int threads) {
 Status CompiledBackend::Attention(const AttentionProblem &p,
                                   const AttentionArgs &args) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
-  const KernelSpec spec = specFor(p);
+  const KernelSpec spec = specFor(p, options_.bf16Dot);
   StatusOr<const CompiledKernel *> kernel = kernelFor(spec);
   if (!kernel.ok())
     return kernel.status();
@@ -537,8 +549,12 @@ Status CompiledBackend::AppendKv(const KvAppendArgs &a) {
 
 } // namespace
 
+std::unique_ptr<Backend> MakeCompiledBackend(CompiledBackendOptions options) {
+  return std::make_unique<CompiledBackend>(options);
+}
+
 std::unique_ptr<Backend> MakeCompiledBackend() {
-  return std::make_unique<CompiledBackend>();
+  return MakeCompiledBackend(CompiledBackendOptions{});
 }
 
 } // namespace attnkit::compiled

@@ -10,12 +10,21 @@
 
 namespace attnkit::compiled {
 
-/// The specialization a problem needs (lengths never enter it).
-KernelSpec specFor(const AttentionProblem &p);
+/// The specialization a problem needs (lengths never enter it). A bf16
+/// problem's QKᵀ runs on vdpbf16ps when `bf16Dot` allows it and this CPU has
+/// AVX512_BF16.
+KernelSpec specFor(const AttentionProblem &p, bool bf16Dot = true);
 
 /// The process-wide kernel cache the backends share.
 KernelCache &globalKernelCache();
 
+struct CompiledBackendOptions {
+  /// bf16 QKᵀ on vdpbf16ps where the CPU has it (specFor); false keeps the
+  /// widened f32 FMAs, e.g. to test that path on such a CPU.
+  bool bf16Dot = true;
+};
+
+std::unique_ptr<Backend> MakeCompiledBackend(CompiledBackendOptions options);
 std::unique_ptr<Backend> MakeCompiledBackend();
 
 } // namespace attnkit::compiled

@@ -5,6 +5,7 @@
 #include "compiled/pipeline.h"
 #include "harness/test_support.h"
 #include "runtime/accounting.h"
+#include "runtime/cpu_features.h"
 #include "runtime/enum_table_testing.h"
 #include "runtime/kv_cache.h"
 #include "runtime/random.h"
@@ -78,6 +79,51 @@ TEST(CompiledBackendTest, SweepAgainstOracle) {
   Rng shapes(7);
   SweepAgainstOracle(shapes, {1, 2, 4}, {8, 33, 64}, std::nullopt, 0,
                      [&](AttentionProblem &p) { RaggedLengths(shapes, p); });
+}
+
+// bf16 Q/K/V on both code paths of QK^T: vdpbf16ps (two bf16 products per
+// f32 lane, Q packed in pairs of dims; where the CPU has AVX512_BF16) and
+// the widened f32 FMAs. Prefill and decode kernels, every mask and layout,
+// odd and small head dims (the zero-padded last pair, the masked tail of a
+// decode row), GQA groups 1..5, ragged lengths.
+TEST(CompiledBackendTest, Bf16DotAndWidenedQkAgainstOracle) {
+  if (!CpuHasAvx512Bf16())
+    GTEST_LOG_(INFO) << "no AVX512_BF16 here: both runs take the widened path";
+  Rng shapes(29);
+  int cases = 0;
+  for (bool dot : {true, false})
+    for (bool decode : {false, true})
+      for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
+                            MaskKind::kWindow, MaskKind::kBias})
+        for (KvLayout layout :
+             {KvLayout::kBHSD, KvLayout::kBSHD, KvLayout::kTransposedV}) {
+          AttentionProblem p;
+          p.kv_heads = shapes.Range(1, 2);
+          p.q_heads = p.kv_heads * shapes.Range(1, 5);
+          static constexpr int64_t kDims[] = {2, 7, 33, 40, 64, 95, 128};
+          p.head_dim = kDims[shapes.Below(std::size(kDims))];
+          p.mask = mask;
+          p.dtype = DType::kBF16;
+          p.layout = layout;
+          if (mask == MaskKind::kWindow)
+            p.window = shapes.Range(1, 70);
+          RaggedLengths(shapes, p);
+          if (decode) {
+            for (int64_t &q : p.q_lens)
+              q = std::min<int64_t>(q, 1);
+          } else {
+            p.kv_lens[0] = std::max<int64_t>(p.kv_lens[0], 40);
+            p.q_lens[0] = std::max<int64_t>(p.q_lens[0], 20);
+          }
+          const KernelSpec spec = specFor(p, dot);
+          ASSERT_EQ(spec.queryTile, decode ? 1 : kPrefillQueryTile);
+          ASSERT_EQ(spec.bf16Dot, dot && CpuHasAvx512Bf16());
+          SCOPED_TRACE(p.ToString() + (dot ? " vdpbf16ps" : " widened"));
+          ExpectMatchesOracle(*MakeCompiledBackend({.bf16Dot = dot}), p,
+                              900 + cases);
+          ++cases;
+        }
+  EXPECT_EQ(cases, 48);
 }
 
 // The decode kernel (q_len < 4: K/V rows streamed, softmax along keys) on
@@ -661,9 +707,15 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
     int64_t d, g, q, n;
     DType dtype;
     MaskKind mask;
+    bool bf16Dot = false;
   };
-  for (const Case &c : {Case{64, 1, 70, 150, DType::kF32, MaskKind::kCausal},
-                        Case{128, 4, 1, 300, DType::kBF16, MaskKind::kNone}}) {
+  // bf16: both ISA variants (the vdpbf16ps one where the CPU has it).
+  for (const Case &c :
+       {Case{64, 1, 70, 150, DType::kF32, MaskKind::kCausal},
+        Case{128, 4, 1, 300, DType::kBF16, MaskKind::kNone},
+        Case{128, 4, 1, 300, DType::kBF16, MaskKind::kNone, true},
+        Case{64, 4, 40, 130, DType::kBF16, MaskKind::kCausal},
+        Case{64, 4, 40, 130, DType::kBF16, MaskKind::kCausal, true}}) {
     AttentionProblem p;
     p.q_heads = c.g;
     p.head_dim = c.d;
@@ -672,7 +724,9 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
     p.dtype = c.dtype;
     p.mask = c.mask;
     SCOPED_TRACE(p.ToString());
-    const KernelSpec spec = specFor(p);
+    const KernelSpec spec = specFor(p, c.bf16Dot);
+    SCOPED_TRACE(spec.key());
+    EXPECT_EQ(spec.bf16Dot, c.bf16Dot && CpuHasAvx512Bf16());
     CompileOptions aotOpts, jitOpts;
     jitOpts.useAot = false;
     KernelCache aotCache(aotOpts), jitCache(jitOpts);
@@ -690,7 +744,7 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
     const CompiledKernel *served = globalKernelCache().get(spec, err);
     ASSERT_NE(served, nullptr) << err;
     EXPECT_TRUE(served->aot());
-    ExpectMatchesOracle(*MakeCompiledBackend(), p, 17);
+    ExpectMatchesOracle(*MakeCompiledBackend({.bf16Dot = c.bf16Dot}), p, 17);
 
     auto data = AttentionData::Create(p);
     ASSERT_TRUE(data.ok());
@@ -749,11 +803,22 @@ TEST(CompiledBackendTest, EveryListedAotKernelIsServedWithoutJit) {
     p.q_lens = {listed.spec.queryTile};
     p.kv_lens = {100};
     ASSERT_TRUE(p.Validate().ok()) << p.ToString();
-    const KernelSpec spec = specFor(p);
-    SCOPED_TRACE(spec.key());
-    EXPECT_EQ(spec, listed.spec) << listed.spec.key();
+    SCOPED_TRACE(listed.spec.key());
+    // The backend's spec, with or without vdpbf16ps as listed (with it only
+    // where this CPU has AVX512_BF16).
+    const KernelSpec spec = specFor(p, listed.spec.bf16Dot);
+    KernelSpec asListed = spec;
+    asListed.bf16Dot = listed.spec.bf16Dot;
+    EXPECT_EQ(asListed, listed.spec);
+    EXPECT_EQ(spec.bf16Dot, listed.spec.bf16Dot && CpuHasAvx512Bf16());
     std::string err;
-    const CompiledKernel *kernel = cache.get(spec, err);
+    const CompiledKernel *kernel = cache.get(listed.spec, err);
+    if (listed.spec.bf16Dot && !CpuHasAvx512Bf16()) {
+      // Built for the other ISA: refused, never run.
+      EXPECT_EQ(kernel, nullptr);
+      EXPECT_NE(err.find("AVX512_BF16"), std::string::npos) << err;
+      continue;
+    }
     ASSERT_NE(kernel, nullptr) << err;
     EXPECT_TRUE(kernel->aot());
   }

@@ -3,6 +3,7 @@
 #include "compiled/aot.h"
 #include "compiled/ir_builder.h"
 #include "compiled/pipeline.h"
+#include "runtime/cpu_features.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -65,6 +66,18 @@ const std::optional<llvm::orc::JITTargetMachineBuilder> &hostMachine() {
     return std::move(*b);
   }();
   return host;
+}
+
+/// False (and why in `error`) for a spec whose code this CPU cannot run:
+/// vdpbf16ps without AVX512_BF16 (LLVM could not even select it for this
+/// host). Such a kernel is neither built nor, from the AOT objects, executed.
+bool runsOnThisCpu(const KernelSpec &spec, std::string &error) {
+  if (spec.bf16Dot && !CpuHasAvx512Bf16()) {
+    error = spec.key() +
+            ": asks for vdpbf16ps (bf16Dot), and this CPU has no AVX512_BF16";
+    return false;
+  }
+  return true;
 }
 
 /// One line on stderr: the cache is an optimization, its trouble never
@@ -264,9 +277,12 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   mlir::registerAllToLLVMIRTranslations(registry);
   mlir::MLIRContext ctx(registry, mlir::MLIRContext::Threading::DISABLED);
   mlir::OwningOpRef<mlir::ModuleOp> module = buildAttention(ctx, spec);
+  if (!runsOnThisCpu(spec, error))
+    return nullptr;
   PipelineOptions pipeline;
   pipeline.flash.queryTile = spec.queryTile;
   pipeline.flash.kvTile = options.kvTile;
+  pipeline.vectorize.bf16Dot = spec.bf16Dot;
   phases.buildMillis = since();
   std::string diag;
   {
@@ -477,6 +493,8 @@ const CompiledKernel *KernelCache::get(const KernelSpec &spec,
                                        std::string &error) {
   Entry *entry = this->entry(spec.key());
   std::call_once(entry->once, [&] {
+    if (!runsOnThisCpu(spec, entry->error))
+      return;
     if (options_.useAot) {
       for (const AotKernel &k : aotKernels())
         if (k.spec == spec) {

@@ -55,6 +55,10 @@ struct KernelSpec {
   /// prefill micro-kernel, 1 the decode kernel that streams K/V rows (see
   /// vectorize_flash_pass.cc).
   int64_t queryTile = kPrefillQueryTile;
+  /// QKᵀ on AVX512_BF16's vdpbf16ps (bf16 Q and K only): code for CPUs that
+  /// have it. specFor sets it when the CPU running it does; a spec asking for
+  /// it elsewhere is refused (CompiledKernel::compile), never executed.
+  bool bf16Dot = false;
 
   std::string key() const {
     // Appends rather than operator+ chains: GCC 12 -Wrestrict false positive.
@@ -74,11 +78,17 @@ struct KernelSpec {
       k += "_q";
       k += std::to_string(queryTile);
     }
+    if (bf16Dot)
+      k += "_bf16dot";
     return k;
   }
   /// K/V's storage dtype.
   DType kvDType() const { return kvElem.value_or(elem); }
   bool quantizedKv() const { return kvDType() == DType::kI8; }
+  /// Whether bf16Dot can apply to this spec: Q and K both bf16.
+  bool bf16DotApplies() const {
+    return elem == DType::kBF16 && kvDType() == DType::kBF16;
+  }
   bool operator==(const KernelSpec &) const = default;
 };
 

@@ -12,6 +12,8 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <functional>
+
 using namespace mlir;
 
 namespace attnkit::compiled {
@@ -38,7 +40,8 @@ constexpr const char *kAfterApproximation =
 
 constexpr const char *kLLVMPipeline =
     "func.func(convert-vector-to-scf{full-unroll=1}),"
-    "convert-vector-to-llvm{reassociate-fp-reductions=1},"
+    "convert-vector-to-llvm{reassociate-fp-reductions=1 "
+    "enable-x86vector=1},"
     "expand-strided-metadata,lower-affine,convert-scf-to-cf,"
     "convert-math-to-llvm,convert-arith-to-llvm,convert-ub-to-llvm,"
     "convert-index-to-llvm,"
@@ -60,7 +63,7 @@ void registerUpstreamPasses() {
 /// One step of a pipeline: upstream passes as text, or one of ours.
 struct Step {
   const char *text = nullptr;
-  std::unique_ptr<Pass> (*create)() = nullptr;
+  std::function<std::unique_ptr<Pass>()> create = nullptr;
   bool onFunctions = false; // nested on func.func
 };
 
@@ -93,10 +96,6 @@ LogicalResult runPipeline(ModuleOp module, std::initializer_list<Step> steps,
   return pm.run(module);
 }
 
-std::unique_ptr<Pass> flashPass(const PipelineOptions &options) {
-  return createFlashAttention(options.flash);
-}
-
 } // namespace
 
 LogicalResult lowerToStage(ModuleOp module, Stage stage,
@@ -115,27 +114,22 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
     return runPipeline(
         module, {{.create = createDecomposeAttention, .onFunctions = true}},
         options);
-  {
-    PassManager pm(module->getName());
-    if (options.printIrAfterAll) {
-      module.getContext()->disableMultithreading();
-      pm.enableIRPrinting([](Pass *, Operation *) { return false; },
-                          [](Pass *, Operation *) { return true; },
-                          /*printModuleScope=*/true,
-                          /*printAfterOnlyOnChange=*/false);
-    }
-    pm.addNestedPass<func::FuncOp>(flashPass(options));
-    // Every attention op is flash-rewritten; one that were not would lower
-    // through the naive chain rather than be left to fail bufferization.
-    pm.addNestedPass<func::FuncOp>(createDecomposeAttention());
-    pm.addPass(createCSEPass());
-    if (failed(pm.run(module)))
-      return failure();
-  }
+  // Every attention op is flash-rewritten; one that were not would lower
+  // through the naive chain rather than be left to fail bufferization.
+  if (failed(runPipeline(
+          module,
+          {{.create = [&] { return createFlashAttention(options.flash); },
+            .onFunctions = true},
+           {.create = createDecomposeAttention, .onFunctions = true},
+           {.text = "cse"}},
+          options)))
+    return failure();
   if (stage == Stage::kFused)
     return success();
   if (failed(runPipeline(
-          module, {{.create = createVectorizeFlash, .onFunctions = true}},
+          module,
+          {{.create = [&] { return createVectorizeFlash(options.vectorize); },
+            .onFunctions = true}},
           options)))
     return failure();
   bool tensorsLeft = false;

@@ -33,6 +33,8 @@ static_assert(kStageNames.RoundTrips());
 
 struct PipelineOptions {
   FlashAttentionOptions flash;
+  /// attnkit-vectorize-flash's options (bf16Dot: KernelSpec::bf16Dot).
+  VectorizeFlashOptions vectorize;
   /// Print the IR after every pass to stderr (`--print-ir-after-all`).
   bool printIrAfterAll = false;
 };

@@ -207,11 +207,20 @@ void Emitter::emit() {
   rows_ = f_.g * f_.bq;
   const bool prefill = f_.bq % kLanes == 0;
   accTransposed_ = prefill && f_.vTransposed;
+  dot_ = bf16DotAllowed_ && elemOf(f_.q).isBF16() && elemOf(f_.k).isBF16();
+  // Q as packed for QKᵀ: prefill Qᵀ[D][R] in f32, or for vdpbf16ps in bf16
+  // pairs of dims, [D/2][R][2] (an odd D's last pair padded with 0); decode
+  // q[R][D] zero-padded to whole vectors (of 16 f32 or 32 bf16).
+  const int64_t dotLanes = 2 * kLanes;
   if (prefill) {
-    qpack_ = tileBuffer({f_.d, rows_});
+    qpack_ = dot_ ? tileBuffer({(f_.d + 1) / 2, 2 * rows_}, b_.getBF16Type())
+                  : tileBuffer({f_.d, rows_});
     scores_ = tileBuffer({f_.bk, rows_});
   } else {
-    qpack_ = tileBuffer({rows_, (f_.d + kLanes - 1) / kLanes * kLanes});
+    qpack_ =
+        dot_ ? tileBuffer({rows_, (f_.d + dotLanes - 1) / dotLanes * dotLanes},
+                          b_.getBF16Type())
+             : tileBuffer({rows_, (f_.d + kLanes - 1) / kLanes * kLanes});
     scores_ = tileBuffer({rows_, f_.bk});
   }
   // Decode rows padded to whole vectors: the transposed-V P.V stores blocks

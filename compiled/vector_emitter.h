@@ -19,6 +19,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/X86Vector/X86VectorDialect.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Matchers.h"
@@ -37,8 +38,10 @@ constexpr int64_t kPrefetchKeys = 64;
 /// Emits the vector code of one query-tile loop.
 class Emitter {
 public:
-  Emitter(FlashLoop f, OpBuilder &b)
-      : f_(f), b_(b), loc_(f.outer.getLoc()), f32_(b.getF32Type()) {}
+  /// bf16Dot: QKᵀ of a bf16 Q and K may use x86vector.avx512.dot.
+  Emitter(FlashLoop f, OpBuilder &b, bool bf16Dot)
+      : f_(f), b_(b), loc_(f.outer.getLoc()), f32_(b.getF32Type()),
+        bf16DotAllowed_(bf16Dot) {}
 
   void emit();
 
@@ -85,17 +88,25 @@ private:
     return cast<MemRefType>(mem.getType()).getElementType();
   }
   Value loadV(Value mem, ValueRange idx, int64_t w) {
-    return toF32(
-        vector::LoadOp::create(b_, loc_, vec(w, elemOf(mem)), mem, idx));
+    return toF32(loadRaw(mem, idx, w));
   }
   Value loadMasked(Value mem, ValueRange idx, int64_t w, Value count) {
+    return toF32(loadMaskedRaw(mem, idx, w, count));
+  }
+  /// The first `count` of w elements at idx, zeros past them, in the
+  /// memref's own element type.
+  Value loadMaskedRaw(Value mem, ValueRange idx, int64_t w, Value count) {
     Value mask = vector::CreateMaskOp::create(
         b_, loc_, VectorType::get({w}, b_.getI1Type()), ValueRange{count});
     Type et = elemOf(mem);
     Value pass = arith::ConstantOp::create(
         b_, loc_, DenseElementsAttr::get(vec(w, et), b_.getZeroAttr(et)));
-    return toF32(vector::MaskedLoadOp::create(b_, loc_, vec(w, et), mem, idx,
-                                              mask, pass));
+    return vector::MaskedLoadOp::create(b_, loc_, vec(w, et), mem, idx, mask,
+                                        pass);
+  }
+  /// w elements at idx in the memref's own element type.
+  Value loadRaw(Value mem, ValueRange idx, int64_t w) {
+    return vector::LoadOp::create(b_, loc_, vec(w, elemOf(mem)), mem, idx);
   }
   Value loadS(Value mem, ValueRange idx) {
     return toF32(memref::LoadOp::create(b_, loc_, mem, idx));
@@ -127,6 +138,33 @@ private:
   Value fma(Value a, Value x, Value acc) {
     return vector::FMAOp::create(b_, loc_, a, x, acc);
   }
+  /// acc + the pairwise bf16 products of a and b (vector<32xbf16> each):
+  /// acc[i] += a[2i] b[2i] + a[2i+1] b[2i+1], one vdpbf16ps.
+  Value dotBf16(Value a, Value x, Value acc) {
+    return x86vector::DotBF16Op::create(b_, loc_, acc, a, x);
+  }
+  /// The bf16 pair (mem[idx..], mem[idx.. + 1]) -- or (mem[idx..], 0) when
+  /// `single` -- broadcast to all 16 pairs of a vector<32xbf16> (a
+  /// vpbroadcastd, folded into vdpbf16ps as an embedded broadcast).
+  Value splatPair(Value mem, ValueRange idx, bool single = false) {
+    Type bf16 = b_.getBF16Type();
+    Value pair;
+    if (single) {
+      Value zero =
+          arith::ConstantOp::create(b_, loc_, b_.getFloatAttr(bf16, 0));
+      pair = vector::FromElementsOp::create(
+          b_, loc_, vec(2, bf16),
+          ValueRange{memref::LoadOp::create(b_, loc_, mem, idx), zero});
+    } else {
+      pair = vector::LoadOp::create(b_, loc_, vec(2, bf16), mem, idx);
+    }
+    Type i32 = b_.getI32Type();
+    Value word = vector::ExtractOp::create(
+        b_, loc_, vector::BitCastOp::create(b_, loc_, vec(1, i32), pair),
+        ArrayRef<int64_t>{0});
+    return vector::BitCastOp::create(b_, loc_, vec(2 * kLanes, bf16),
+                                     splat(word, kLanes));
+  }
   Value fmax(Value a, Value c) {
     return arith::MaximumFOp::create(b_, loc_, a, c);
   }
@@ -139,11 +177,12 @@ private:
                                        arith::FastMathFlags::reassoc |
                                            arith::FastMathFlags::contract);
   }
-  Value tileBuffer(ArrayRef<int64_t> shape) {
+  Value tileBuffer(ArrayRef<int64_t> shape, Type elem = {}) {
     OpBuilder::InsertionGuard guard(b_);
     auto fn = f_.outer->getParentOfType<func::FuncOp>();
     b_.setInsertionPointToStart(&fn.getBody().front());
-    auto op = memref::AllocaOp::create(b_, loc_, MemRefType::get(shape, f32_));
+    auto op = memref::AllocaOp::create(
+        b_, loc_, MemRefType::get(shape, elem ? elem : f32_));
     op.setAlignment(64);
     return op;
   }
@@ -177,10 +216,11 @@ private:
 
   /// Static chunks [offset, width) covering `n`: full vectors, then one
   /// narrower vector for the tail (a static shape, no mask).
-  static SmallVector<std::pair<int64_t, int64_t>> chunks(int64_t n) {
+  static SmallVector<std::pair<int64_t, int64_t>>
+  chunks(int64_t n, int64_t lanes = kLanes) {
     SmallVector<std::pair<int64_t, int64_t>> c;
-    for (int64_t o = 0; o < n; o += kLanes)
-      c.push_back({o, std::min(kLanes, n - o)});
+    for (int64_t o = 0; o < n; o += lanes)
+      c.push_back({o, std::min(lanes, n - o)});
     return c;
   }
 
@@ -208,6 +248,10 @@ private:
   Value acc_, mrow_, lrow_, alpha_, scores_, qpack_;
   bool accTransposed_ = false;
   bool prefetchV_ = false; // decode kernel: pvRows prefetches V rows ahead
+  const bool bf16DotAllowed_;
+  // QKᵀ on vdpbf16ps: Q and K bf16 and allowed. qpack_ then holds bf16 Q in
+  // pairs of dims (see emitPrefill / emitDecode).
+  bool dot_ = false;
 };
 
 } // namespace attnkit::compiled::vectorize

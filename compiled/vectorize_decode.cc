@@ -111,7 +111,9 @@ Value Emitter::transposeReduce(SmallVector<Value> acc) {
 /// its last key (scores_ rows stay in bounds: kb divides the tile; the
 /// softmax masks j >= bk).
 void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
-  const int64_t kb = kLanes / rb, d = f_.d, full = d / kLanes * kLanes;
+  // vdpbf16ps: 32 bf16 of the K row and of q per instruction, as stored.
+  const int64_t lanes = dot_ ? 2 * kLanes : kLanes;
+  const int64_t kb = kLanes / rb, d = f_.d, full = d / lanes * lanes;
   Value last = sub(bk, cI(1));
   loop(cI(0), bk, cI(kb), [&](Value jj0) {
     SmallVector<Value> keys;
@@ -123,18 +125,20 @@ void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
     auto step = [&](Value o, ValueRange a, bool tail) {
       SmallVector<Value> qv, out(a.begin(), a.end());
       for (int64_t y = 0; y < rb; ++y)
-        qv.push_back(loadV(qpack_, {cI(r0 + y), o}, kLanes));
+        qv.push_back(dot_ ? loadRaw(qpack_, {cI(r0 + y), o}, lanes)
+                          : loadV(qpack_, {cI(r0 + y), o}, lanes));
       for (int64_t x = 0; x < kb; ++x) {
-        Value kv = tail ? loadMasked(f_.k, {keys[x], o}, kLanes, cI(d - full))
-                        : loadV(f_.k, {keys[x], o}, kLanes);
+        Value kv = tail ? loadMaskedRaw(f_.k, {keys[x], o}, lanes, cI(d - full))
+                        : loadRaw(f_.k, {keys[x], o}, lanes);
         for (int64_t y = 0; y < rb; ++y)
-          out[y * kb + x] = fma(kv, qv[y], out[y * kb + x]);
+          out[y * kb + x] = dot_ ? dotBf16(kv, qv[y], out[y * kb + x])
+                                 : fma(toF32(kv), qv[y], out[y * kb + x]);
       }
       return out;
     };
     SmallVector<Value> acc(kLanes, splatF(0.0f, kLanes));
     if (full)
-      acc = loop(cI(0), cI(full), cI(kLanes), acc,
+      acc = loop(cI(0), cI(full), cI(lanes), acc,
                  [&](Value o, ValueRange a) { return step(o, a, false); });
     if (full < d)
       acc = step(cI(full), acc, true);
@@ -151,17 +155,20 @@ void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
 void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
   const int64_t d = f_.d, bkMax = f_.bk;
   const float negInf = -std::numeric_limits<float>::infinity();
-  auto dch = chunks(d);
-  // q[r][:] in f32, rows past bq repeat the last row (never written out);
-  // zero past d up to a whole vector, so QKᵀ needs no tail vectors.
+  // q[r][:] in f32 (bf16 as stored, for vdpbf16ps), rows past bq repeat the
+  // last row (never written out); zero past d up to a whole vector, so QKᵀ
+  // needs no tail vectors.
+  const int64_t qLanes = dot_ ? 2 * kLanes : kLanes;
+  auto dch = chunks(d, qLanes);
   loop(cI(0), cI(rows_), cI(1), [&](Value r) {
     Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
     Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
     Value row = add(i0, minI(i, sub(bq, cI(1))));
     for (auto [o, w] : dch) {
-      Value x = w == kLanes ? loadV(f_.q, {g, row, cI(o)}, w)
-                            : loadMasked(f_.q, {g, row, cI(o)}, kLanes, cI(w));
-      storeV(x, qpack_, {r, cI(o)});
+      Value x = w == qLanes
+                    ? loadRaw(f_.q, {g, row, cI(o)}, w)
+                    : loadMaskedRaw(f_.q, {g, row, cI(o)}, qLanes, cI(w));
+      storeV(dot_ ? x : toF32(x), qpack_, {r, cI(o)});
     }
   });
   initTile(Value());

@@ -169,6 +169,7 @@ void bindToBuffers(scf::ForOp outer) {
 
 class VectorizeFlashPass : public impl::VectorizeFlashBase<VectorizeFlashPass> {
 public:
+  using VectorizeFlashBase::VectorizeFlashBase;
   void runOnOperation() override {
     // Attentions inside other loops first get memrefs to work on.
     getOperation().walk([&](scf::ForOp op) {
@@ -193,7 +194,7 @@ public:
     });
     for (FlashLoop &f : loops) {
       OpBuilder b(f.outer);
-      Emitter(f, b).emit();
+      Emitter(f, b, bf16Dot).emit();
       for (Operation *mat : f.materializations)
         mat->erase();
       f.outer->erase();

@@ -52,18 +52,41 @@ void Emitter::pvTransposedPrefill(Value j0, Value bk) {
 void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
   const int64_t d = f_.d, bkMax = f_.bk, rv = rows_ / kLanes;
   const float negInf = -std::numeric_limits<float>::infinity();
-  // Qᵀ[d][r], rows past bq zero (their results are never written).
+  // Qᵀ[d][r], rows past bq zero (their results are never written). For
+  // vdpbf16ps the bf16 Q as it is, in pairs of dims: [d/2][r][2].
   loop(cI(0), cI(rows_), cI(1), [&](Value r) {
     Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
     Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
     Value valid =
         arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::ult, i, bq);
     Value row = add(i0, minI(i, sub(bq, cI(1))));
-    loop(cI(0), cI(d), cI(1), [&](Value dd) {
-      Value x = loadS(f_.q, {g, row, dd});
-      storeS(arith::SelectOp::create(b_, loc_, valid, x, cF(0.0f)), qpack_,
-             {dd, r});
+    if (!dot_) {
+      loop(cI(0), cI(d), cI(1), [&](Value dd) {
+        Value x = loadS(f_.q, {g, row, dd});
+        storeS(arith::SelectOp::create(b_, loc_, valid, x, cF(0.0f)), qpack_,
+               {dd, r});
+      });
+      return;
+    }
+    Value zero = arith::ConstantOp::create(
+        b_, loc_, b_.getFloatAttr(b_.getBF16Type(), 0.0));
+    Value r2 = mul(r, cI(2));
+    auto put = [&](Value x, Value p, int64_t half) {
+      storeS(arith::SelectOp::create(b_, loc_, valid, x, zero), qpack_,
+             {p, add(r2, cI(half))});
+    };
+    loop(cI(0), cI(d / 2), cI(1), [&](Value p) {
+      Value dd = mul(p, cI(2));
+      put(memref::LoadOp::create(b_, loc_, f_.q, ValueRange{g, row, dd}), p, 0);
+      put(memref::LoadOp::create(b_, loc_, f_.q,
+                                 ValueRange{g, row, add(dd, cI(1))}),
+          p, 1);
     });
+    if (d % 2) {
+      put(memref::LoadOp::create(b_, loc_, f_.q, ValueRange{g, row, cI(d - 1)}),
+          cI(d / 2), 0);
+      storeS(zero, qpack_, {cI(d / 2), add(r2, cI(1))});
+    }
   });
   initTile(Value());
 
@@ -79,19 +102,39 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
         for (int64_t x = 0; x < jb; ++x)
           keys.push_back(add(j0, minI(add(jj0, cI(x)), last)));
         SmallVector<Value> inits(jb * nv, splatF(0.0f, kLanes));
-        SmallVector<Value> res =
-            loop(cI(0), cI(d), cI(1), inits, [&](Value dd, ValueRange a) {
-              SmallVector<Value> qv, out;
+        SmallVector<Value> res;
+        if (!dot_) {
+          res = loop(cI(0), cI(d), cI(1), inits, [&](Value dd, ValueRange a) {
+            SmallVector<Value> qv, out;
+            for (int64_t y = 0; y < nv; ++y)
+              qv.push_back(loadV(qpack_, {dd, cI((v0 + y) * kLanes)}, kLanes));
+            for (int64_t x = 0; x < jb; ++x) {
+              Value kb = splat(loadS(f_.k, {keys[x], dd}), kLanes);
               for (int64_t y = 0; y < nv; ++y)
-                qv.push_back(
-                    loadV(qpack_, {dd, cI((v0 + y) * kLanes)}, kLanes));
-              for (int64_t x = 0; x < jb; ++x) {
-                Value kb = splat(loadS(f_.k, {keys[x], dd}), kLanes);
-                for (int64_t y = 0; y < nv; ++y)
-                  out.push_back(fma(kb, qv[y], a[x * nv + y]));
-              }
-              return out;
-            });
+                out.push_back(fma(kb, qv[y], a[x * nv + y]));
+            }
+            return out;
+          });
+        } else {
+          // Two dims per step: 16 rows' (d, d+1) Q pairs against the key's
+          // (d, d+1) pair broadcast, one vdpbf16ps per 32 products.
+          auto step = [&](Value p, ValueRange a, bool single) {
+            SmallVector<Value> qv, out;
+            for (int64_t y = 0; y < nv; ++y)
+              qv.push_back(
+                  loadRaw(qpack_, {p, cI((v0 + y) * 2 * kLanes)}, 2 * kLanes));
+            for (int64_t x = 0; x < jb; ++x) {
+              Value kb = splatPair(f_.k, {keys[x], mul(p, cI(2))}, single);
+              for (int64_t y = 0; y < nv; ++y)
+                out.push_back(dotBf16(kb, qv[y], a[x * nv + y]));
+            }
+            return out;
+          };
+          res = loop(cI(0), cI(d / 2), cI(1), inits,
+                     [&](Value p, ValueRange a) { return step(p, a, false); });
+          if (d % 2)
+            res = step(cI(d / 2), res, true);
+        }
         // jb need not divide the tile (G = 3: 5 keys): past the last key
         // the block recomputed the last key's scores, so store them there
         // again rather than past the tile buffer.

@@ -1,7 +1,6 @@
 // Run-time ISA choice. Compiled with the project's common flags: it only
 // reads CPUID (through xsimd) and calls into the per-ISA translation units.
-#include <cpuid.h>
-
+#include "runtime/cpu_features.h"
 #include "simd/kernel.h"
 
 namespace attnkit::simd {
@@ -34,12 +33,6 @@ WorkspaceLayout ComputeLayout(int64_t head_dim) {
   L.zeros = take(static_cast<size_t>(kDecodeTileKeys) + dp);
   L.total = at;
   return L;
-}
-
-bool CpuHasAvx512Bf16() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-  return (a >> 5) & 1u;  // CPUID.(EAX=7,ECX=1):EAX[5] = AVX512_BF16
 }
 
 const KernelOps* OpsFor(Isa isa) {

@@ -1,5 +1,6 @@
 // AVX-512 (F/CD/DQ/BW/VL) kernels; compiled with -march=x86-64-v4.
 #define ATTNKIT_SIMD_NS avx512
+#include "runtime/cpu_features.h"
 #include "simd/flash_impl.h"
 
 namespace attnkit::simd::internal {

@@ -131,8 +131,6 @@ const KernelOps& Avx512Bf16Ops();
 const KernelOps& Avx2Ops();
 const KernelOps& ScalarOps();
 
-bool CpuHasAvx512Bf16();
-
 // One step of a kernel path, for simd/microkernel_test.cc (XNNPACK's tester
 // pattern: each building block against a scalar loop, on every ISA). Each
 // runs on the job's rows (in run_block's order: kv head, then query, then
