@@ -224,8 +224,9 @@ static int run(int argc, char **argv) {
   spec.headDim = headDim;
   spec.group = heads / kvh;
 
-  spec.queryTile =
-      queryTile.getNumOccurrences() ? queryTile : queryTileFor(qLen);
+  spec.queryTile = queryTile.getNumOccurrences()
+                       ? queryTile
+                       : queryTileFor(qLen, spec.group);
   spec.bf16Dot = bf16DotOpt;
   if (spec.bf16Dot && !spec.bf16DotApplies())
     return fail("--bf16-dot: needs --dtype bf16 with bf16 K/V (got --dtype=" +

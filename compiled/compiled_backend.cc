@@ -22,7 +22,7 @@ KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
   int64_t maxQ = 0;
   for (int64_t q : p.q_lens)
     maxQ = std::max(maxQ, q);
-  s.queryTile = queryTileFor(maxQ);
+  s.queryTile = queryTileFor(maxQ, s.group);
   s.bf16Dot = bf16Dot && s.bf16DotApplies() && CpuHasAvx512Bf16();
   return s;
 }

@@ -116,7 +116,7 @@ TEST(CompiledBackendTest, Bf16DotAndWidenedQkAgainstOracle) {
             p.q_lens[0] = std::max<int64_t>(p.q_lens[0], 20);
           }
           const KernelSpec spec = specFor(p, dot);
-          ASSERT_EQ(spec.queryTile, decode ? 1 : kPrefillQueryTile);
+          ASSERT_EQ(spec.queryTile % kPrefillQueryTile, decode ? 1 : 0);
           ASSERT_EQ(spec.bf16Dot, dot && CpuHasAvx512Bf16());
           SCOPED_TRACE(p.ToString() + (dot ? " vdpbf16ps" : " widened"));
           ExpectMatchesOracle(*MakeCompiledBackend({.bf16Dot = dot}), p,
@@ -173,7 +173,7 @@ TEST(CompiledBackendTest, QuantizedKvPrefillSweepAgainstOracle) {
                        // At least one sequence takes the prefill kernel.
                        p.kv_lens[0] = std::max<int64_t>(p.kv_lens[0], 20);
                        p.q_lens[0] = std::max<int64_t>(p.q_lens[0], 17);
-                       ASSERT_EQ(specFor(p).queryTile, kPrefillQueryTile);
+                       ASSERT_EQ(specFor(p).queryTile % kPrefillQueryTile, 0);
                      });
 }
 
@@ -394,26 +394,46 @@ TEST(CompiledBackendTest, QuantizedAppendKvBitExactWithStridedAppend) {
 // which does not divide the 64-key tile, and the last block stored scores
 // for key 64 -- past the tile buffer (wrong results, then a crash). Every
 // group 1..8 plus 12 and 16, both V layouts, full and partial key tiles.
+// Groups 1 and 2 also with the longer query tiles they take for longer
+// prompts (32 and 64 rows of one head: queryTileFor).
 TEST(CompiledBackendTest, PrefillKernelEveryGqaGroup) {
   int cases = 0;
   for (int64_t g : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16})
-    for (KvLayout layout : {KvLayout::kBHSD, KvLayout::kTransposedV})
-      for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
-        AttentionProblem p;
-        p.kv_heads = 1 + (g % 2);
-        p.q_heads = p.kv_heads * g;
-        p.head_dim = 64;
-        p.layout = layout;
-        p.mask = mask;
-        p.q_lens = {18};
-        p.kv_lens = {67 + 64 * (g % 3)};
-        ASSERT_EQ(specFor(p).queryTile, 16);
-        ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok()) << p.ToString();
-        SCOPED_TRACE(p.ToString());
-        ExpectMatchesOracle(*MakeCompiledBackend(), p, 200 + cases);
-        ++cases;
-      }
-  EXPECT_EQ(cases, 40);
+    for (int64_t q : {18, 70})
+      for (KvLayout layout : {KvLayout::kBHSD, KvLayout::kTransposedV})
+        for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal}) {
+          if (q == 70 && g > 2)
+            continue;
+          AttentionProblem p;
+          p.kv_heads = 1 + (g % 2);
+          p.q_heads = p.kv_heads * g;
+          p.head_dim = 64;
+          p.layout = layout;
+          p.mask = mask;
+          p.q_lens = {q};
+          p.kv_lens = {q + 49 + 64 * (g % 3)};
+          ASSERT_EQ(specFor(p).queryTile, g > 2 ? 16 : q == 18 ? 32 : 64 / g);
+          ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok()) << p.ToString();
+          SCOPED_TRACE(p.ToString());
+          ExpectMatchesOracle(*MakeCompiledBackend(), p, 200 + cases);
+          ++cases;
+        }
+  EXPECT_EQ(cases, 48);
+}
+
+// The prefill tile grows to 64 rows (query tile x group) for MHA and groups
+// of 2, only as far as the longest query block fills it past half.
+TEST(KernelSpecTest, QueryTileFor) {
+  struct Case {
+    int64_t maxQ, group, tile;
+  };
+  for (const Case &c :
+       {Case{0, 1, 1}, Case{3, 1, 1}, Case{3, 8, 1}, Case{4, 1, 16},
+        Case{16, 1, 16}, Case{17, 1, 32}, Case{32, 1, 32}, Case{33, 1, 64},
+        Case{5000, 1, 64}, Case{17, 2, 32}, Case{5000, 2, 32},
+        Case{5000, 3, 16}, Case{5000, 4, 16}, Case{5000, 16, 16}})
+    EXPECT_EQ(queryTileFor(c.maxQ, c.group), c.tile)
+        << "maxQ " << c.maxQ << " group " << c.group;
 }
 
 // Regression (problem_validate_fuzz: one input spent 86 s in the JIT): the
@@ -481,8 +501,10 @@ TEST(CompiledBackendTest, NoRecompileForNewLengthsAndNoHeapAllocations) {
   p.mask = MaskKind::kCausal;
   auto backend = MakeCompiledBackend();
   std::string err;
-  // Two kernels per specialization: decode (q_len < 4) and prefill.
-  for (int64_t q : {1, 64}) {
+  // The kernels of this shape: decode (q_len < 4) and the prefill kernels of
+  // 16, 32 and 64 query rows (queryTileFor: MHA grows its tile with the
+  // longest query block).
+  for (int64_t q : {1, 16, 32, 64}) {
     p.q_lens = {q};
     p.kv_lens = {q};
     ASSERT_NE(globalKernelCache().get(specFor(p), err), nullptr) << err;
