@@ -1,15 +1,16 @@
 //===- math_approximation_pass.cc - exp2/log2 as polynomials --------------===//
 //
 // `attnkit-approximate-math` rewrites math.exp2 / math.exp / math.log2 /
-// math.log into upstream's polynomial approximations (arith ops only), so the
-// softmax exponentials vectorize instead of calling libm one element at a
-// time. Upstream has no exp2/log2 approximation: they go through exp/log.
+// math.log into polynomial approximations (arith ops only), so the softmax
+// exponentials vectorize instead of calling libm one element at a time.
+// exp2 is ours (Exp2Poly; exp goes through it), log upstream's (log2 goes
+// through it).
 //
 // Before:
 //   %p = math.exp2 %x : f32
 // After:
-//   %p = <range reduction, a degree-5 polynomial, exponent bit insertion>
-//        (arith.mulf / arith.addf / arith.fptosi / arith.bitcast ...)
+//   %p = <clamps, floor, a degree-6 polynomial, exponent bit insertion>
+//        (arith.select / math.floor / math.fma / arith.fptosi / arith.bitcast)
 //
 // The approximations are within a few ulp of libm and keep the special cases
 // that softmax relies on: exp2(-inf) = 0 and NaN in, NaN out.
@@ -46,19 +47,79 @@ Value floatConst(PatternRewriter &r, Location loc, Type t, double v) {
   return arith::ConstantOp::create(r, loc, attr);
 }
 
-/// exp2(x) = exp(x * ln 2): upstream approximates exp (whose own range
-/// reduction multiplies by log2(e) again; two multiplies per element).
-struct Exp2ToExp : OpRewritePattern<math::Exp2Op> {
+/// A scalar or splat-vector i32 constant shaped like the f32 type `t`.
+Value intConst(PatternRewriter &r, Location loc, Type t, int32_t v) {
+  Type i32 = r.getI32Type();
+  IntegerAttr attr = r.getI32IntegerAttr(v);
+  if (auto shaped = dyn_cast<ShapedType>(t))
+    return arith::ConstantOp::create(
+        r, loc, DenseElementsAttr::get(shaped.clone(i32), attr));
+  return arith::ConstantOp::create(r, loc, attr);
+}
+
+/// 2^f on [0, 1): degree 6, interpolating at the Chebyshev nodes
+/// (coefficients rounded to f32; within 1.3 ulp of 2^f with f32 Horner).
+constexpr double kExp2Poly[] = {1.0,
+                                0.6931469440460205,
+                                0.24023045599460602,
+                                0.055480629205703735,
+                                0.009684186428785324,
+                                0.0012391331838443875,
+                                0.00021865784947294742};
+
+/// exp2(x) = 2^n * p(x - n), n = floor(x): ~13 vector instructions (two
+/// clamps, vrndscaleps, a subtraction, 6 FMAs, the exponent's convert, add and
+/// shift, a multiply) where upstream's exp after x * ln 2 took ~22. The
+/// clamps keep NaN (x > lo ? x : lo is one vmaxps that passes x when it is
+/// NaN). Below -127 the exponent field is 0 and the result exactly 0 -- so
+/// exp2(-inf) = 0, which the softmax needs for masked keys and empty rows
+/// (results under 2^-126 flush to 0); from 128 up it is +inf.
+struct Exp2Poly : OpRewritePattern<math::Exp2Op> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(math::Exp2Op op,
                                 PatternRewriter &rewriter) const override {
+    Type t = op.getType();
+    if (!getElementTypeOrSelf(t).isF32())
+      return failure();
+    Location loc = op.getLoc();
+    auto clamp = [&](Value x, double bound, arith::CmpFPredicate keepBound) {
+      Value b = floatConst(rewriter, loc, t, bound);
+      Value useBound = arith::CmpFOp::create(rewriter, loc, keepBound, b, x);
+      return arith::SelectOp::create(rewriter, loc, useBound, b, x);
+    };
+    Value x = clamp(op.getOperand(), -127.0, arith::CmpFPredicate::OGT);
+    x = clamp(x, 128.0, arith::CmpFPredicate::OLT);
+    Value n = math::FloorOp::create(rewriter, loc, x);
+    Value f = arith::SubFOp::create(rewriter, loc, x, n);
+    Value p = floatConst(rewriter, loc, t, kExp2Poly[6]);
+    for (int i = 5; i >= 0; --i)
+      p = math::FmaOp::create(rewriter, loc, p, f,
+                              floatConst(rewriter, loc, t, kExp2Poly[i]));
+    Type it = intConst(rewriter, loc, t, 0).getType();
+    Value ni = arith::FPToSIOp::create(rewriter, loc, it, n);
+    Value bits = arith::ShLIOp::create(
+        rewriter, loc,
+        arith::AddIOp::create(rewriter, loc, ni,
+                              intConst(rewriter, loc, t, 127)),
+        intConst(rewriter, loc, t, 23));
+    Value scale = arith::BitcastOp::create(rewriter, loc, t, bits);
+    rewriter.replaceOpWithNewOp<arith::MulFOp>(op, p, scale);
+    return success();
+  }
+};
+
+/// exp(x) = exp2(x * log2(e)): one exponential approximation.
+struct ExpToExp2 : OpRewritePattern<math::ExpOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(math::ExpOp op,
+                                PatternRewriter &rewriter) const override {
     if (!getElementTypeOrSelf(op.getType()).isF32())
       return failure();
-    Value ln2 =
-        floatConst(rewriter, op.getLoc(), op.getType(), 0.6931471805599453);
+    Value l2e =
+        floatConst(rewriter, op.getLoc(), op.getType(), 1.4426950408889634);
     Value x =
-        arith::MulFOp::create(rewriter, op.getLoc(), op.getOperand(), ln2);
-    rewriter.replaceOpWithNewOp<math::ExpOp>(op, x);
+        arith::MulFOp::create(rewriter, op.getLoc(), op.getOperand(), l2e);
+    rewriter.replaceOpWithNewOp<math::Exp2Op>(op, x);
     return success();
   }
 };
@@ -85,9 +146,9 @@ public:
     RewritePatternSet patterns(&getContext());
     auto wanted = [](StringRef name) {
       name.consume_front("math.");
-      return name == "exp" || name == "log";
+      return name == "log";
     };
-    patterns.add<Exp2ToExp, Log2ToLog>(&getContext());
+    patterns.add<Exp2Poly, ExpToExp2, Log2ToLog>(&getContext());
     populateMathF32ExpansionPatterns(patterns, wanted);
     populateMathPolynomialApproximationPatterns(patterns, wanted);
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

@@ -5,11 +5,20 @@
 // RUN: not attnkit-opt %s --pass-pipeline='builtin.module(attnkit-approximate-math{degree=7})' 2>&1 | FileCheck %s --check-prefix=OPTION
 // OPTION: no such option degree
 
+// exp2: NaN-keeping clamps to [-127, 128], floor, a degree-6 polynomial
+// (Horner: 6 FMAs), the exponent inserted as bits.
 // CHECK-LABEL: func.func @exp2_scalar
 // CHECK-NOT:     math.exp
-// CHECK:         math.fma
+// CHECK:         arith.cmpf ogt
+// CHECK:         arith.select
+// CHECK:         arith.cmpf olt
+// CHECK:         arith.select
 // CHECK:         math.floor
+// CHECK-COUNT-6: math.fma
+// CHECK:         arith.fptosi
+// CHECK:         arith.shli
 // CHECK:         arith.bitcast
+// CHECK:         arith.mulf
 // CHECK-NOT:     math.exp
 // CHECK:         return
 func.func @exp2_scalar(%x: f32) -> f32 {

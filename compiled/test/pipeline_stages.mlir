@@ -5,6 +5,9 @@
 // RUN: attnkit-compile --emit=vectorized --heads 8 --kv-heads 2 --head-dim 128 --mask causal | FileCheck %s --check-prefix=VEC
 // RUN: attnkit-compile --emit=vectorized --heads 8 --kv-heads 2 --head-dim 128 --q-len 1 --mask causal --dtype bf16 | FileCheck %s --check-prefix=DECODE
 // RUN: attnkit-compile --emit=llvm --head-dim 64 --mask none | FileCheck %s --check-prefix=LLVM
+// RUN: attnkit-compile --emit=vectorized --heads 8 --kv-heads 2 --head-dim 127 --mask causal --dtype bf16 --bf16-dot | FileCheck %s --check-prefix=DOT
+// RUN: attnkit-compile --emit=llvm --heads 8 --kv-heads 2 --head-dim 64 --q-len 1 --dtype bf16 --bf16-dot | FileCheck %s --check-prefix=DOTLLVM
+// RUN: %expect-exit 2 attnkit-compile --emit=vectorized --head-dim 64 --bf16-dot 2>&1 | FileCheck %s --check-prefix=DOTF32
 
 // NAIVE: func.func @attention(%arg0: memref<4x?x128xbf16
 // NAIVE: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
@@ -34,7 +37,8 @@
 // VEC: scf.for %[[J0:.*]] = %c0 to %{{.*}} step %c64 {
 // VEC: scf.for {{.*}} = %c0 to %c128 step %c1 iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
 // VEC-COUNT-16: vector.fma
-// VEC: arith.maximumf {{.*}} : vector<16xf32>
+// VEC: arith.cmpf ogt, {{.*}} : vector<16xf32>
+// VEC-NEXT: arith.select {{.*}} : vector<16xi1>, vector<16xf32>
 // VEC: scf.for {{.*}} iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
 // VEC-COUNT-16: vector.fma
 // VEC-NOT: math.exp2
@@ -60,9 +64,29 @@
 // DECODE: vector.shuffle
 // DECODE-NOT: vector.reduction <add>
 // DECODE: vector.store {{.*}} vector<4xf32>
-// DECODE: vector.reduction <maximumf>
+// DECODE: vector.reduction <maxnumf>
 // DECODE: memref.prefetch %arg2
 // DECODE-NOT: memref.alloc(
 
 // LLVM: llvm.func @attention(
 // LLVM: llvm.func @_mlir_ciface_attention(
+
+// --bf16-dot, prefill: bf16 Q packed in pairs of dims ([ceil(D/2)][2R] bf16;
+// D 127: 64 pairs, the last one padded with 0), QK^T a loop over the 63 full
+// pairs carrying 16 accumulators of x86vector.avx512.dot, each key's pair
+// broadcast as one i32, then the odd dim's step with (k, 0).
+// DOT-DAG: memref.alloca() {{.*}} : memref<64x128xbf16>
+// DOT: scf.for {{.*}} = %c0 to %c63 step %c1 iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// DOT: vector.load {{.*}} : memref<64x128xbf16>, vector<32xbf16>
+// DOT: vector.bitcast {{.*}} : vector<2xbf16> to vector<1xi32>
+// DOT: vector.broadcast {{.*}} : i32 to vector<16xi32>
+// DOT-COUNT-16: x86vector.avx512.dot
+// DOT: vector.from_elements {{.*}} : vector<2xbf16>
+// DOT-COUNT-16: x86vector.avx512.dot
+// DOT-NOT: vector.fma {{.*}} bf16
+
+// Decode: K rows dotted 32 bf16 at a time against q as stored, down to the
+// LLVM intrinsic.
+// DOTLLVM: llvm.call_intrinsic "llvm.x86.avx512bf16.dpbf16ps.512"
+
+// DOTF32: attnkit-compile: --bf16-dot: needs --dtype bf16 with bf16 K/V (got --dtype=f32)
