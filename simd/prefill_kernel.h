@@ -61,6 +61,27 @@ struct PrefillKernel {
     assert(false && "more rows than KernelOps::max_rows");
   }
 
+  // Calls f.template operator()<N>(i) over [0, n): blocks of NB, then the
+  // rest in blocks of 4, 2 and 1. A 1-wide block feeds RV FMAs with RV + 1
+  // loads -- load-bound at about half the FMA rate -- so a 64-key tile's
+  // last 4 keys (64 = 10 x 6 + 4) must not go one at a time.
+  template <int NB, typename F>
+  static void Blocked(int64_t n, F&& f) {
+    int64_t i = 0;
+    for (; i + NB <= n; i += NB) f.template operator()<NB>(i);
+    if constexpr (NB > 4)
+      if (i + 4 <= n) {
+        f.template operator()<4>(i);
+        i += 4;
+      }
+    if constexpr (NB > 2)
+      if (i + 2 <= n) {
+        f.template operator()<2>(i);
+        i += 2;
+      }
+    for (; i < n; ++i) f.template operator()<1>(i);
+  }
+
   // ---- micro-kernels
   // S^T[j][rows] for NK keys: Q^T is [d][rp] (rp = RV*W rows), K row pointers
   // kp + kk*ks. 4x6 on AVX-512: 24 accumulators + 4 Q vectors + 1 broadcast
@@ -197,11 +218,9 @@ struct PrefillKernel {
       const uint16_t* qp = reinterpret_cast<const uint16_t*>(ws + L.queries);
       const uint16_t* kb = static_cast<const uint16_t*>(a.k.data) +
                            a.k.Offset(job.batch, job.kv_head, j0, 0);
-      int64_t j = 0;
-      for (; j + NB <= nt; j += NB)
-        QkLanesBf16<RV, NB>(qp, d / 2, rp, kb + j * ks, ks, st + j * rp);
-      for (; j < nt; ++j)
-        QkLanesBf16<RV, 1>(qp, d / 2, rp, kb + j * ks, ks, st + j * rp);
+      Blocked<NB>(nt, [&]<int N>(int64_t j) {
+        QkLanesBf16<RV, N>(qp, d / 2, rp, kb + j * ks, ks, st + j * rp);
+      });
     }
 #endif
     if (!dot) {
@@ -221,11 +240,9 @@ struct PrefillKernel {
         kstride = ks;
       }
       const float* qt = ws + L.queries;
-      int64_t j = 0;
-      for (; j + NB <= nt; j += NB)
-        QkLanes<RV, NB>(qt, d, rp, kb + j * kstride, kstride, st + j * rp);
-      for (; j < nt; ++j)
-        QkLanes<RV, 1>(qt, d, rp, kb + j * kstride, kstride, st + j * rp);
+      Blocked<NB>(nt, [&]<int N>(int64_t j) {
+        QkLanes<RV, N>(qt, d, rp, kb + j * kstride, kstride, st + j * rp);
+      });
     }
   }
 
@@ -343,11 +360,9 @@ struct PrefillKernel {
       sj = a.v.strides[2];
       sd = a.v.strides[3];
     }
-    int64_t e = 0;
-    for (; e + NB <= d; e += NB)
-      PvLanes<RV, NB>(st, rp, nt, vb + e * sd, sj, sd, ot + e * rp);
-    for (; e < d; ++e)
-      PvLanes<RV, 1>(st, rp, nt, vb + e * sd, sj, sd, ot + e * rp);
+    Blocked<NB>(d, [&]<int N>(int64_t e) {
+      PvLanes<RV, N>(st, rp, nt, vb + e * sd, sj, sd, ot + e * rp);
+    });
   }
 
   // One KV tile of the keys [j0, j0 + nt): QK^T, softmax, P.V (flatten:
