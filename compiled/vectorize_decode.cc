@@ -213,7 +213,7 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
         mt = fmax(mt, s2);
       }
       Value mOld = loadS(mrow_, {r});
-      Value mn = fmax(mOld, reduce(vector::CombiningKind::MAXNUMF, mt));
+      Value mn = fmax(mOld, hmax(mt));
       Value isNinf = arith::CmpFOp::create(b_, loc_, arith::CmpFPredicate::OEQ,
                                            mn, cF(negInf));
       Value ms = arith::SelectOp::create(b_, loc_, isNinf, cF(0.0f), mn);

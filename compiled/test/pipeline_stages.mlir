@@ -64,7 +64,8 @@
 // DECODE: vector.shuffle
 // DECODE-NOT: vector.reduction <add>
 // DECODE: vector.store {{.*}} vector<4xf32>
-// DECODE: vector.reduction <maxnumf>
+// DECODE: vector.extract_strided_slice {{.*}} {offsets = [8], sizes = [8], strides = [1]} : vector<16xf32> to vector<8xf32>
+// DECODE-NOT: vector.reduction <max
 // DECODE: memref.prefetch %arg2
 // DECODE-NOT: memref.alloc(
 
