@@ -211,16 +211,14 @@ void Emitter::emit() {
   // Q as packed for QKᵀ: prefill Qᵀ[D][R] in f32, or for vdpbf16ps in bf16
   // pairs of dims, [D/2][R][2] (an odd D's last pair padded with 0); decode
   // q[R][D] zero-padded to whole vectors (of 16 f32 or 32 bf16).
-  const int64_t dotLanes = 2 * kLanes;
   if (prefill) {
     qpack_ = dot_ ? tileBuffer({(f_.d + 1) / 2, 2 * rows_}, b_.getBF16Type())
                   : tileBuffer({f_.d, rows_});
     scores_ = tileBuffer({f_.bk, rows_});
   } else {
-    qpack_ =
-        dot_ ? tileBuffer({rows_, (f_.d + dotLanes - 1) / dotLanes * dotLanes},
-                          b_.getBF16Type())
-             : tileBuffer({rows_, (f_.d + kLanes - 1) / kLanes * kLanes});
+    const int64_t w = qkLanes();
+    qpack_ = tileBuffer({rows_, (f_.d + w - 1) / w * w},
+                        dot_ ? b_.getBF16Type() : f32_);
     scores_ = tileBuffer({rows_, f_.bk});
   }
   // Decode rows padded to whole vectors: the transposed-V P.V stores blocks

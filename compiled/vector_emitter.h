@@ -274,6 +274,9 @@ private:
   // QKᵀ on vdpbf16ps: Q and K bf16 and allowed. qpack_ then holds bf16 Q in
   // pairs of dims (see emitPrefill / emitDecode).
   bool dot_ = false;
+  /// Elements per vector of the decode kernel's q rows and K loads: 16 f32,
+  /// or 32 bf16 for vdpbf16ps.
+  int64_t qkLanes() const { return dot_ ? 2 * kLanes : kLanes; }
 };
 
 } // namespace attnkit::compiled::vectorize

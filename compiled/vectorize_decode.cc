@@ -112,7 +112,7 @@ Value Emitter::transposeReduce(SmallVector<Value> acc) {
 /// softmax masks j >= bk).
 void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
   // vdpbf16ps: 32 bf16 of the K row and of q per instruction, as stored.
-  const int64_t lanes = dot_ ? 2 * kLanes : kLanes;
+  const int64_t lanes = qkLanes();
   const int64_t kb = kLanes / rb, d = f_.d, full = d / lanes * lanes;
   Value last = sub(bk, cI(1));
   loop(cI(0), bk, cI(kb), [&](Value jj0) {
@@ -158,7 +158,7 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
   // q[r][:] in f32 (bf16 as stored, for vdpbf16ps), rows past bq repeat the
   // last row (never written out); zero past d up to a whole vector, so QKᵀ
   // needs no tail vectors.
-  const int64_t qLanes = dot_ ? 2 * kLanes : kLanes;
+  const int64_t qLanes = qkLanes();
   auto dch = chunks(d, qLanes);
   loop(cI(0), cI(rows_), cI(1), [&](Value r) {
     Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
