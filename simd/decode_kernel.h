@@ -448,12 +448,11 @@ struct DecodeKernel {
 #endif
   ATTNKIT_SIMD_STEP static void PvTransposedV(const Item& it, const Tile& t,
                                               int64_t kvh, int64_t s0) {
-    const AttentionArgs& a = it.a;
-    const int64_t d = it.d, De = it.De, nt = t.nt, ntp = t.ntp;
 #if defined(__AVX512F__)
     if constexpr (Micro::kQkInPlace) {
+      const AttentionArgs& a = it.a;
       using M = Micro;
-      if (nt == ntp) {  // a whole tile: V^T read in place
+      if (t.nt == t.ntp) {  // a whole tile: V^T read in place
         const char* v =
             it.vdata + a.v.Offset(it.job.batch, kvh, t.j0, 0) * it.esize;
         const int64_t vs = a.v.strides[3];
@@ -466,27 +465,44 @@ struct DecodeKernel {
         return PvTransposedRows<typename M::template QkF32Q<float>>(it, t, v,
                                                                     vs, s0);
       }
-      for (int64_t e = 0; e < d; ++e) {  // the last tile: widened, padded
-        LoadRow(a.v, a.v.Offset(it.job.batch, kvh, t.j0, e), 1, nt,
-                it.vw + e * kDecodeTileKeys);
-        ZeroFloats(it.vw + e * kDecodeTileKeys + nt, ntp - nt);
-      }
+      // The last tile: widened and zero-padded.
       return PvTransposedRows<typename M::template QkF32Q<float>>(
-          it, t, reinterpret_cast<const char*>(it.vw), kDecodeTileKeys, s0);
-    }
+          it, t, reinterpret_cast<const char*>(WidenVt(it, t, kvh)),
+          kDecodeTileKeys, s0);
+    } else
 #endif
+    {
+      PvTransposedPerRow(it, t, kvh, s0);
+    }
+  }
+
+  // The tile's V^T rows (d of them, kDecodeTileKeys apart) widened to f32
+  // in the workspace, zero past the tile's keys up to ntp.
+  ATTNKIT_SIMD_STEP static const float* WidenVt(const Item& it, const Tile& t,
+                                                int64_t kvh) {
+    const AttentionArgs& a = it.a;
+    for (int64_t e = 0; e < it.d; ++e) {
+      LoadRow(a.v, a.v.Offset(it.job.batch, kvh, t.j0, e), 1, t.nt,
+              it.vw + e * kDecodeTileKeys);
+      ZeroFloats(it.vw + e * kDecodeTileKeys + t.nt, t.ntp - t.nt);
+    }
+    return it.vw;
+  }
+
+  // Narrower ISAs: each row's P dotted with every V^T row (16 sums per
+  // HAddP).
+  ATTNKIT_SIMD_STEP static void PvTransposedPerRow(const Item& it,
+                                                   const Tile& t, int64_t kvh,
+                                                   int64_t s0) {
+    const AttentionArgs& a = it.a;
+    const int64_t d = it.d, De = it.De, ntp = t.ntp;
     const float* vbase = nullptr;
     int64_t vs = kDecodeTileKeys;
-    if (it.kv == DType::kF32 && nt == ntp) {
+    if (it.kv == DType::kF32 && t.nt == ntp) {
       vbase = a.v.As<float>() + a.v.Offset(it.job.batch, kvh, t.j0, 0);
       vs = a.v.strides[3];
     } else {
-      for (int64_t e = 0; e < d; ++e) {
-        LoadRow(a.v, a.v.Offset(it.job.batch, kvh, t.j0, e), 1, nt,
-                it.vw + e * kDecodeTileKeys);
-        ZeroFloats(it.vw + e * kDecodeTileKeys + nt, ntp - nt);
-      }
-      vbase = it.vw;
+      vbase = WidenVt(it, t, kvh);
     }
     for (int64_t r = s0; r < s0 + it.Rh; ++r) {
       const float* pr = it.sm + r * kDecodeTileKeys;
