@@ -14,6 +14,7 @@
 #ifndef ATTNKIT_SIMD_PREFILL_KERNEL_H_
 #define ATTNKIT_SIMD_PREFILL_KERNEL_H_
 
+#include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <cstring>
@@ -32,15 +33,19 @@ struct PrefillKernel {
   using V = typename X::V;
   static constexpr int W = X::W;
 
-  // Keys / d per micro-kernel call for RV row vectors: RV x NB accumulators
-  // + RV Q (or P) vectors + 1 broadcast within the register file (32 zmm: 8,
-  // 8, 8, 6; 16 ymm: 8, 6, 4, 2 -- AVX2 with the AVX-512 blocks spilled
-  // them).
+  // Keys / d per micro-kernel call for RV row vectors: at most 8, and RV x
+  // NB accumulators + RV Q (or P) vectors + 1 broadcast within the register
+  // file (16 ymm: 8, 6, 4, 2 -- AVX2 with the AVX-512 blocks spilled them).
+  // On AVX-512 at most 16 accumulators (8, 8, 5, 4): the 64-row block ran
+  // 6 x 4 = 24 at first, and 4 x 4 (the compiled kernel's block) took
+  // 0.91-1.03x its time on the S 2048 prefill grid (median 0.97; 10
+  // interleaved rounds, 2-core AMD EPYC Zen 4 family 25, GCC 12.2,
+  // 2026-11-26; Zen 5 had measured the two the same).
   static constexpr int kRegs = W >= 16 ? 32 : 16;
+  static constexpr int kMaxAcc = W >= 16 ? 16 : kRegs;
   template <int RV>
-  static constexpr int kBlock = (kRegs - 1 - RV) / RV < 8
-                                    ? (kRegs - 1 - RV) / RV
-                                    : 8;
+  static constexpr int kBlock = std::min({8, (kRegs - 1 - RV) / RV,
+                                          kMaxAcc / RV});
 
   // f(std::integral_constant<int, RV>) for the RV = ceil(rows / W) row
   // vectors of the prefill path (1..4).
@@ -63,8 +68,9 @@ struct PrefillKernel {
 
   // Calls f.template operator()<N>(i) over [0, n): blocks of NB, then the
   // rest in blocks of 4, 2 and 1. A 1-wide block feeds RV FMAs with RV + 1
-  // loads -- load-bound at about half the FMA rate -- so a 64-key tile's
-  // last 4 keys (64 = 10 x 6 + 4) must not go one at a time.
+  // loads -- load-bound at about half the FMA rate -- so the tail of a tile
+  // past the last whole block (a 48-row block: 64 = 12 x 5 + 4) must not go
+  // one at a time.
   template <int NB, typename F>
   static void Blocked(int64_t n, F&& f) {
     int64_t i = 0;
@@ -84,9 +90,9 @@ struct PrefillKernel {
 
   // ---- micro-kernels
   // S^T[j][rows] for NK keys: Q^T is [d][rp] (rp = RV*W rows), K row pointers
-  // kp + kk*ks. 4x6 on AVX-512: 24 accumulators + 4 Q vectors + 1 broadcast
-  // of 32 zmm; per e: 10 loads feed 24 FMAs, and 24 independent chains cover
-  // the 4-cycle FMA latency many times over.
+  // kp + kk*ks. 4x4 on AVX-512: 16 accumulators + 4 Q vectors + 1 broadcast
+  // of 32 zmm; per e: 8 loads feed 16 FMAs, and 16 independent chains cover
+  // the 4-cycle FMA latency.
   template <int RV, int NK>
   static void QkLanes(const float* qt, int64_t d, int64_t rp, const float* kp,
                       int64_t ks, float* st) {
@@ -138,7 +144,7 @@ struct PrefillKernel {
 #endif
 
   // O^T[e0..e0+ND][rows] += sum_j V(j, e) P^T[j][rows]; V(j, e) at
-  // v[j*sj + e*sd] (any layout). 6x4 on AVX-512, as QkLanes.
+  // v[j*sj + e*sd] (any layout). 4x4 on AVX-512, as QkLanes.
   template <int RV, int ND>
   static void PvLanes(const float* pt, int64_t rp, int64_t nt, const float* v,
                       int64_t sj, int64_t sd, float* ot) {
@@ -186,6 +192,9 @@ struct PrefillKernel {
                   ? q[a.q.Offset(job.batch, rows.head[r], rows.query[r], e)]
                   : 0;
     } else {
+      // Scaled to log2 units here, once per work item, rather than every
+      // tile's logits (see SoftmaxTile).
+      const float c = job.scale_log2e;
       float* qt = ws + L.queries;
       float row[kMaxHeadDim];
       for (int64_t r = 0; r < rp; ++r) {
@@ -195,7 +204,7 @@ struct PrefillKernel {
         } else {
           ZeroFloats(row, d);
         }
-        for (int64_t e = 0; e < d; ++e) qt[e * rp + r] = row[e];
+        for (int64_t e = 0; e < d; ++e) qt[e * rp + r] = row[e] * c;
       }
     }
   }
@@ -247,11 +256,11 @@ struct PrefillKernel {
   }
 
   // The online softmax over the tile, lane-wise over rows: scale to log2
-  // units, mask (`masked`: some row does not see some key, or a bias), raise
-  // the running max (lazily), P = exp2(S - m) in place, l = l*alpha +
-  // rowsum(P), O *= alpha when some row's max moved. An i8 K/V: key j's
-  // scale joins the logit's constant (S holds the integer dots) and, once
-  // l has the sum of P, V row j's scale multiplies P[j] (P.V then
+  // units (unless Q^T already is), mask (`masked`: some row does not see some
+  // key, or a bias), raise the running max (lazily), P = exp2(S - m) in place,
+  // l = l*alpha + rowsum(P), O *= alpha when some row's max moved. An i8 K/V:
+  // key j's scale joins the logit's constant (S holds the integer dots) and,
+  // once l has the sum of P, V row j's scale multiplies P[j] (P.V then
   // accumulates the integer rows).
   template <int RV>
   ATTNKIT_SIMD_STEP static void SoftmaxTile(const BlockJob& job,
@@ -274,10 +283,17 @@ struct PrefillKernel {
       vs = a.v_scale.As<float>() +
            a.v_scale.Offset(job.batch, job.kv_head, j0, 0);
     }
-    for (int64_t j = 0; j < nt; ++j) {
-      const V c = X::Set(i8 ? job.scale_log2e * ks[j] : job.scale_log2e);
-      for (int rv = 0; rv < RV; ++rv)
-        X::Store(st + j * rp + rv * W, X::Load(st + j * rp + rv * W) * c);
+    // An f32 Q^T holds q * scale * log2(e) (LoadQueries): only an i8 K's
+    // scales remain to be applied. The bf16 pairs of the vdpbf16ps path are
+    // q as given (scaling would round them again).
+    const bool q_scaled = !UsesBf16Dot(*job.problem);
+    if (!q_scaled || i8) {
+      for (int64_t j = 0; j < nt; ++j) {
+        const V c =
+            X::Set((q_scaled ? 1.0f : job.scale_log2e) * (i8 ? ks[j] : 1.0f));
+        for (int rv = 0; rv < RV; ++rv)
+          X::Store(st + j * rp + rv * W, X::Load(st + j * rp + rv * W) * c);
+      }
     }
     if (masked) {
       for (int64_t r = 0; r < rows.count; ++r)

@@ -25,6 +25,8 @@ struct Steps {
   using Prefill = PrefillKernel<X>;
   using Decode = DecodeKernel<X>;
 
+  // S as QkTile leaves it: q . k times job.scale_log2e for an f32 Q^T
+  // (LoadQueries scales it), the bare dots on the vdpbf16ps path.
   static void PrefillQk(const BlockJob& job, int64_t j0, int64_t nt, float* ws,
                         float* scores) {
     const WorkspaceLayout L = ComputeLayout(job.problem->head_dim);
