@@ -26,11 +26,11 @@ struct DecodeMicroKernels {
   using V = typename X::V;
   static constexpr int W = X::W;
 
-  // Software prefetch (into L1) of the rows a loop will read PrefetchKeys()
-  // keys later, issued one row at a time from inside the loop's compute:
-  // Fetch(j) fetches row j of [base + j*stride, + bytes), rows j < n exist.
-  // Spread over the work, one row per key, not in bursts per block of keys:
-  // the bursts ran decode markedly slower (simd/README.md, "Prefetch
+  // Software prefetch (into L2: prefetcht1) of the rows a loop will read
+  // PrefetchKeys() keys later, issued one row at a time from inside the loop's
+  // compute: Fetch(j) fetches row j of [base + j*stride, + bytes), rows j < n
+  // exist. Spread over the work, one row per key, not in bursts per block of
+  // keys: the bursts ran decode markedly slower (simd/README.md, "Prefetch
   // spacing").
   // Fetch only from code that has other effects, or inline: to GCC a
   // function whose only effect is prefetching is pure, and it drops calls to
@@ -43,7 +43,7 @@ struct DecodeMicroKernels {
     void Fetch(int64_t j, int64_t len) const {
       if (base == nullptr || j >= n) return;
       for (int64_t x = 0; x < len; x += 64)
-        __builtin_prefetch(base + j * stride + x, 0, 3);
+        __builtin_prefetch(base + j * stride + x, 0, 2);
     }
     void Fetch(int64_t j) const { Fetch(j, bytes); }
     void FetchAll() const {

@@ -32,10 +32,11 @@ inline constexpr int64_t kPrefillTileKeys = 64;
 inline constexpr int64_t kDecodeTileKeys = 128;
 // How far ahead the decode path prefetches the K rows it will dot next and
 // the V rows it will accumulate next, in bytes of each stream: one row at a
-// time, in address order, into L1 (prefetcht0). The hardware prefetchers
-// alone stream these rows at about half the rate one core consumes them; a
-// much longer distance fills L1 with the lines ahead of both streams
-// (simd/README.md, "Prefetch distance").
+// time, in address order, into L2 (prefetcht1; the L1 prefetcher takes them
+// on from there). The hardware prefetchers alone stream these rows at about
+// half the rate one core consumes them; a much longer distance crowded L1
+// when the rows went there (simd/README.md, "Prefetch distance" and
+// "Prefetch target").
 inline constexpr int64_t kPrefetchBytes = 8192;
 constexpr int64_t PrefetchKeys(int64_t row_bytes) {
   return row_bytes >= kPrefetchBytes / 4 ? 4 : kPrefetchBytes / row_bytes;
