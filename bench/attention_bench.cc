@@ -983,6 +983,27 @@ void RegisterAll() {
           ->Iterations(kPairedRounds)
           ->Unit(benchmark::kMicrosecond);
     }
+    // ... in the other K/V layouts (1 bshd, 2 transposed V; Hkv 8), twins of
+    // decode/'s layout grid (same shape, so the summary pairs them) ...
+    for (int64_t bf : Grid({0, 1}, {0})) {
+      for (int64_t layout : {1, 2}) {
+        AttentionProblem p =
+            DecodeProblem(16384, bf ? DType::kBF16 : DType::kF32, 1);
+        p.layout = static_cast<KvLayout>(layout);
+        if (Status sup = backend.Supports(p); !sup.ok()) {
+          Skip("decode_paired/" + name + "/" + p.ToString(), sup.ToString());
+          continue;
+        }
+        benchmark::RegisterBenchmark(
+            ("decode_paired/" + name).c_str(),
+            [ip, p](benchmark::State& st) { BM_DecodePaired(st, ip, p); })
+            ->ArgNames({"kv_len", "bf16", "batch", "hkv", "layout"})
+            ->Args({16384, bf, 1, p.kv_heads, layout})
+            ->UseManualTime()
+            ->Iterations(kPairedRounds)
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
     // ... and the quantized cache against bf16 at GQA and MHA heads (kv: 1
     // bf16, 2 i8 with q f32, 3 i8 with q bf16), the issue-21 gate's figures.
     for (int64_t hkv : {8, 32}) {
