@@ -138,15 +138,21 @@ BlockJob SimdBackend::BaseJob(const AttentionProblem& p, const Plan& plan,
   int64_t b = 0;
   while (item_begin_[b + 1] <= t) ++b;
   const int64_t local = t - item_begin_[b];
-  const int64_t per_q = CeilDiv(p.kv_heads, plan.kv_heads) * plan.group_blocks;
+  // Items of one kv head (and group block) are adjacent, its query blocks
+  // costliest (last) first: the threads share that head's K/V tiles in the
+  // caches while they work on it. With the query blocks outermost, every
+  // head's K/V was in flight at once (Hkv 32, S 2048, d 128: 64 MiB, twice
+  // the L3) and each item streamed its keys from DRAM (simd/README.md,
+  // "Prefill item order").
   const int64_t qblocks = CeilDiv(p.q_lens[b], plan.queries);
-  const int64_t qblk = qblocks - 1 - local / per_q;
+  const int64_t head_block = local / qblocks;
+  const int64_t qblk = qblocks - 1 - local % qblocks;
   BlockJob job;
   job.problem = &p;
   job.batch = b;
-  job.kv_head = (local % per_q) / plan.group_blocks * plan.kv_heads;
+  job.kv_head = head_block / plan.group_blocks * plan.kv_heads;
   job.kv_heads = std::min(plan.kv_heads, p.kv_heads - job.kv_head);
-  const int64_t gblk = local % plan.group_blocks;
+  const int64_t gblk = head_block % plan.group_blocks;
   job.first_group_head = gblk * plan.group_heads;
   job.group_heads =
       std::min(plan.group_heads, p.group_size() - job.first_group_head);
