@@ -219,8 +219,13 @@ int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads) {
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t ql = p.q_lens[b], kl = p.kv_lens[b];
     const int64_t splits = plan.SplitsFor(kl);
+    // Head by head (the threads share a head's K/V in cache), each head's
+    // query blocks last first: under a causal mask the costliest, so the
+    // items left when the threads run out of work are the cheapest.
+    const int64_t qblocks = (ql + kRowsPerItem - 1) / kRowsPerItem;
     for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh)
-      for (int64_t i0 = 0; i0 < ql; i0 += kRowsPerItem) {
+      for (int64_t qb = qblocks - 1; qb >= 0; --qb) {
+        const int64_t i0 = qb * kRowsPerItem;
         const int64_t rows = std::min(kRowsPerItem, ql - i0);
         if (splits == 1) {
           items_.push_back({b, kvh, i0, rows, 0, kl});
