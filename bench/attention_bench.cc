@@ -967,21 +967,26 @@ void RegisterAll() {
     }
 
     // Decode paired with the read bandwidth: the target point (kv 16k).
-    for (int64_t bf : Grid({0, 1}, {1})) {
-      const AttentionProblem p =
-          DecodeProblem(16384, bf ? DType::kBF16 : DType::kF32, 1);
+    auto paired = [&](const std::string& family, const AttentionProblem& p,
+                      std::vector<std::string> arg_names,
+                      std::vector<int64_t> args) {
       if (Status sup = backend.Supports(p); !sup.ok()) {
-        Skip("decode_paired/" + name + "/" + p.ToString(), sup.ToString());
-        continue;
+        Skip(family + "/" + name + "/" + p.ToString(), sup.ToString());
+        return;
       }
       benchmark::RegisterBenchmark(
-          ("decode_paired/" + name).c_str(),
+          (family + "/" + name).c_str(),
           [ip, p](benchmark::State& st) { BM_DecodePaired(st, ip, p); })
-          ->ArgNames({"kv_len", "bf16", "batch"})
-          ->Args({16384, bf, 1})
+          ->ArgNames(arg_names)
+          ->Args(args)
           ->UseManualTime()
           ->Iterations(kPairedRounds)
           ->Unit(benchmark::kMicrosecond);
+    };
+    for (int64_t bf : Grid({0, 1}, {1})) {
+      paired("decode_paired",
+             DecodeProblem(16384, bf ? DType::kBF16 : DType::kF32, 1),
+             {"kv_len", "bf16", "batch"}, {16384, bf, 1});
     }
     // ... in the other K/V layouts (1 bshd, 2 transposed V; Hkv 8), twins of
     // decode/'s layout grid (same shape, so the summary pairs them) ...
@@ -990,18 +995,8 @@ void RegisterAll() {
         AttentionProblem p =
             DecodeProblem(16384, bf ? DType::kBF16 : DType::kF32, 1);
         p.layout = static_cast<KvLayout>(layout);
-        if (Status sup = backend.Supports(p); !sup.ok()) {
-          Skip("decode_paired/" + name + "/" + p.ToString(), sup.ToString());
-          continue;
-        }
-        benchmark::RegisterBenchmark(
-            ("decode_paired/" + name).c_str(),
-            [ip, p](benchmark::State& st) { BM_DecodePaired(st, ip, p); })
-            ->ArgNames({"kv_len", "bf16", "batch", "hkv", "layout"})
-            ->Args({16384, bf, 1, p.kv_heads, layout})
-            ->UseManualTime()
-            ->Iterations(kPairedRounds)
-            ->Unit(benchmark::kMicrosecond);
+        paired("decode_paired", p, {"kv_len", "bf16", "batch", "hkv", "layout"},
+               {16384, bf, 1, p.kv_heads, layout});
       }
     }
     // ... and the quantized cache against bf16 at GQA and MHA heads (kv: 1
@@ -1011,18 +1006,8 @@ void RegisterAll() {
         AttentionProblem p = DecodeProblem(16384, KvBenchQDType(kvt), 1);
         p.kv_heads = hkv;
         if (kvt >= 2) p.kv_dtype = DType::kI8;
-        if (Status sup = backend.Supports(p); !sup.ok()) {
-          Skip("decode_paired_kv/" + name + "/" + p.ToString(), sup.ToString());
-          continue;
-        }
-        benchmark::RegisterBenchmark(
-            ("decode_paired_kv/" + name).c_str(),
-            [ip, p](benchmark::State& st) { BM_DecodePaired(st, ip, p); })
-            ->ArgNames({"kv_len", "hkv", "kv"})
-            ->Args({16384, hkv, kvt})
-            ->UseManualTime()
-            ->Iterations(kPairedRounds)
-            ->Unit(benchmark::kMicrosecond);
+        paired("decode_paired_kv", p, {"kv_len", "hkv", "kv"},
+               {16384, hkv, kvt});
       }
     }
 
