@@ -66,6 +66,91 @@ struct PrefillKernel {
     assert(false && "more rows than KernelOps::max_rows");
   }
 
+  // Runs of a tile's keys, each with the row vectors [lo, hi) that some row
+  // sees a key of (lo >= hi: none). In a masked tile (causal, window) the
+  // other vectors' scores of the run are all masked (-inf, P = 0), so QK^T
+  // and P.V skip them: on a causal diagonal tile of 64 consecutive queries
+  // the 16-row vectors see 16, 32, 48 and 64 of its keys, 10 of 16 blocks.
+  struct KeyRuns {
+    static constexpr int kMax = 8;  // more: one run of every vector
+    struct Run {
+      int64_t begin, end;
+      int lo, hi;
+    };
+    int n = 0;
+    Run run[kMax];
+  };
+  template <int RV>
+  ATTNKIT_SIMD_STEP static KeyRuns WholeTile(int64_t nt) {
+    KeyRuns k;
+    k.n = 1;
+    k.run[0] = {0, nt, 0, RV};
+    return k;
+  }
+  template <int RV>
+  ATTNKIT_SIMD_STEP static KeyRuns RunsOf(const Rows& rows, int64_t j0,
+                                          int64_t nt, bool masked) {
+    if (!masked) return WholeTile<RV>(nt);
+    // Per vector, the span of its rows' visible keys (tile-relative; a
+    // superset where a vector's rows see disjoint ranges).
+    int64_t vb[RV], ve[RV];
+    for (int v = 0; v < RV; ++v) {
+      vb[v] = nt;
+      ve[v] = 0;
+    }
+    for (int64_t r = 0; r < rows.count; ++r) {
+      if (rows.key_begin[r] >= rows.key_end[r]) continue;
+      const int v = static_cast<int>(r / W);
+      vb[v] = std::min(vb[v], rows.key_begin[r] - j0);
+      ve[v] = std::max(ve[v], rows.key_end[r] - j0);
+    }
+    auto seeing = [&](int64_t j, int& lo, int& hi) {
+      lo = RV;
+      hi = 0;
+      for (int v = 0; v < RV; ++v)
+        if (vb[v] <= j && j < ve[v]) {
+          lo = std::min(lo, v);
+          hi = v + 1;
+        }
+    };
+    KeyRuns k;
+    for (int64_t j = 0; j < nt;) {
+      int lo, hi;
+      seeing(j, lo, hi);
+      int64_t e = j + 1;
+      for (; e < nt; ++e) {
+        int l2, h2;
+        seeing(e, l2, h2);
+        if (l2 != lo || h2 != hi) break;
+      }
+      if (k.n == KeyRuns::kMax) return WholeTile<RV>(nt);
+      k.run[k.n++] = {j, e, lo, hi};
+      j = e;
+    }
+    return k;
+  }
+
+  // f(std::integral_constant<int, N>) for N = n in 1..RV row vectors.
+  template <int RV, class F>
+  static void WithVectors(int n, F&& f) {
+    switch (n) {
+      case 1:
+        return f(std::integral_constant<int, 1>{});
+      case 2:
+        if constexpr (RV >= 2) return f(std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        if constexpr (RV >= 3) return f(std::integral_constant<int, 3>{});
+        break;
+      case 4:
+        if constexpr (RV >= 4) return f(std::integral_constant<int, 4>{});
+        break;
+      default:
+        break;
+    }
+    assert(false && "more vectors than the block has");
+  }
+
   // Calls f.template operator()<N>(i) over [0, n): blocks of NB, then the
   // rest in blocks of 4, 2 and 1. A 1-wide block feeds RV FMAs with RV + 1
   // loads -- load-bound at about half the FMA rate -- so the tail of a tile
@@ -86,6 +171,23 @@ struct PrefillKernel {
         i += 2;
       }
     for (; i < n; ++i) f.template operator()<1>(i);
+  }
+
+  // f.template operator()<RS, N>(j, lo) over each run of `runs` that some
+  // vector sees: its keys j in blocks of NB (then 4, 2, 1) for its RS row
+  // vectors from lo.
+  template <int RV, int NB, typename F>
+  static void ForRuns(const KeyRuns& runs, F&& f) {
+    for (int i = 0; i < runs.n; ++i) {
+      const typename KeyRuns::Run& run = runs.run[i];
+      if (run.lo >= run.hi) continue;
+      WithVectors<RV>(run.hi - run.lo, [&](auto vectors) {
+        constexpr int RS = decltype(vectors)::value;
+        Blocked<NB>(run.end - run.begin, [&]<int N>(int64_t j) {
+          f.template operator()<RS, N>(run.begin + j, run.lo);
+        });
+      });
+    }
   }
 
   // ---- micro-kernels
@@ -209,11 +311,12 @@ struct PrefillKernel {
     }
   }
 
-  // S^T = Q K^T for the keys [j0, j0 + nt).
+  // S^T = Q K^T for the keys [j0, j0 + nt), each run's row vectors only
+  // (the others' scores stay as they were: the mask overwrites them).
   template <int RV>
   ATTNKIT_SIMD_STEP static void QkTile(const BlockJob& job, float* ws,
                                        const WorkspaceLayout& L, int64_t j0,
-                                       int64_t nt) {
+                                       int64_t nt, const KeyRuns& runs) {
     constexpr int NB = kBlock<RV>;
     const AttentionProblem& p = *job.problem;
     const AttentionArgs& a = *job.args;
@@ -227,8 +330,9 @@ struct PrefillKernel {
       const uint16_t* qp = reinterpret_cast<const uint16_t*>(ws + L.queries);
       const uint16_t* kb = static_cast<const uint16_t*>(a.k.data) +
                            a.k.Offset(job.batch, job.kv_head, j0, 0);
-      Blocked<NB>(nt, [&]<int N>(int64_t j) {
-        QkLanesBf16<RV, N>(qp, d / 2, rp, kb + j * ks, ks, st + j * rp);
+      ForRuns<RV, NB>(runs, [&]<int RS, int N>(int64_t j, int lo) {
+        QkLanesBf16<RS, N>(qp + lo * W * 2, d / 2, rp, kb + j * ks, ks,
+                           st + j * rp + lo * W);
       });
     }
 #endif
@@ -249,8 +353,9 @@ struct PrefillKernel {
         kstride = ks;
       }
       const float* qt = ws + L.queries;
-      Blocked<NB>(nt, [&]<int N>(int64_t j) {
-        QkLanes<RV, N>(qt, d, rp, kb + j * kstride, kstride, st + j * rp);
+      ForRuns<RV, NB>(runs, [&]<int RS, int N>(int64_t j, int lo) {
+        QkLanes<RS, N>(qt + lo * W, d, rp, kb + j * kstride, kstride,
+                       st + j * rp + lo * W);
       });
     }
   }
@@ -342,11 +447,12 @@ struct PrefillKernel {
     }
   }
 
-  // O^T += V^T P^T for the keys [j0, j0 + nt).
+  // O^T += V^T P^T for the keys [j0, j0 + nt), each run's row vectors only
+  // (the others' P of the run is 0).
   template <int RV>
   ATTNKIT_SIMD_STEP static void PvTile(const BlockJob& job, float* ws,
                                        const WorkspaceLayout& L, int64_t j0,
-                                       int64_t nt) {
+                                       int64_t nt, const KeyRuns& runs) {
     constexpr int NB = kBlock<RV>;
     const AttentionProblem& p = *job.problem;
     const AttentionArgs& a = *job.args;
@@ -376,9 +482,18 @@ struct PrefillKernel {
       sj = a.v.strides[2];
       sd = a.v.strides[3];
     }
-    Blocked<NB>(d, [&]<int N>(int64_t e) {
-      PvLanes<RV, N>(st, rp, nt, vb + e * sd, sj, sd, ot + e * rp);
-    });
+    for (int i = 0; i < runs.n; ++i) {
+      const typename KeyRuns::Run& run = runs.run[i];
+      if (run.lo >= run.hi) continue;
+      const int64_t j = run.begin, n = run.end - run.begin;
+      WithVectors<RV>(run.hi - run.lo, [&](auto vectors) {
+        constexpr int RS = decltype(vectors)::value;
+        Blocked<NB>(d, [&]<int N>(int64_t e) {
+          PvLanes<RS, N>(st + j * rp + run.lo * W, rp, n, vb + j * sj + e * sd,
+                         sj, sd, ot + e * rp + run.lo * W);
+        });
+      });
+    }
   }
 
   // One KV tile of the keys [j0, j0 + nt): QK^T, softmax, P.V (flatten:
@@ -387,9 +502,10 @@ struct PrefillKernel {
   [[gnu::flatten]] static void RunTile(const BlockJob& job, const Rows& rows,
                                        float* ws, const WorkspaceLayout& L,
                                        int64_t j0, int64_t nt, bool masked) {
-    QkTile<RV>(job, ws, L, j0, nt);
+    const KeyRuns runs = RunsOf<RV>(rows, j0, nt, masked);
+    QkTile<RV>(job, ws, L, j0, nt, runs);
     SoftmaxTile<RV>(job, rows, ws, L, j0, nt, masked);
-    PvTile<RV>(job, ws, L, j0, nt);
+    PvTile<RV>(job, ws, L, j0, nt, runs);
   }
 
   // One work item of rows.count <= RV * W rows (one kv head) over its keys.

@@ -35,7 +35,8 @@ struct Steps {
       constexpr int RV = decltype(rv)::value;
       constexpr int64_t rp = RV * W;
       Prefill::template LoadQueries<RV>(job, rows, ws, L);
-      Prefill::template QkTile<RV>(job, ws, L, j0, nt);
+      Prefill::template QkTile<RV>(job, ws, L, j0, nt,
+                                   Prefill::template WholeTile<RV>(nt));
       const float* st = ws + L.scores;
       for (int64_t r = 0; r < rows.count; ++r)
         for (int64_t j = 0; j < nt; ++j) scores[r * nt + j] = st[j * rp + r];
@@ -58,7 +59,8 @@ struct Steps {
         for (int64_t e = 0; e < d; ++e)
           ot[e * rp + r] = row ? out[r * d + e] : 0.0f;
       }
-      Prefill::template PvTile<RV>(job, ws, L, j0, nt);
+      Prefill::template PvTile<RV>(job, ws, L, j0, nt,
+                                   Prefill::template WholeTile<RV>(nt));
       for (int64_t r = 0; r < rows.count; ++r)
         for (int64_t e = 0; e < d; ++e) out[r * d + e] = ot[e * rp + r];
     });
