@@ -198,17 +198,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         // cache only when the input asks for a non-finite row (the append
         // must refuse it); otherwise finite values of every magnitude
         // (subnormal rows whose scale underflows included).
-        const bool non_finite =
+        const bool any_bits =
             !Quantized(c) || in.ConsumeIntegral<uint8_t>() < 32;
         for (auto* t : {&nk, &nv}) {
           const int64_t n = t->view.NumElements();
           for (int64_t i = 0; i < n; ++i) {
             uint32_t bits = static_cast<uint32_t>(rng.Next());
             if (src_dtype == attnkit::DType::kBF16) {
-              if (!non_finite && (bits & 0x7f80u) == 0x7f80u) bits &= ~0x4000u;
+              if (!any_bits && (bits & 0x7f80u) == 0x7f80u) bits &= ~0x4000u;
               t->view.As<uint16_t>()[i] = static_cast<uint16_t>(bits);
             } else {
-              if (!non_finite && (bits & 0x7f800000u) == 0x7f800000u)
+              if (!any_bits && (bits & 0x7f800000u) == 0x7f800000u)
                 bits &= ~0x40000000u;
               t->view.As<uint32_t>()[i] = bits;
             }

@@ -47,25 +47,6 @@ struct PrefillKernel {
   static constexpr int kBlock = std::min({8, (kRegs - 1 - RV) / RV,
                                           kMaxAcc / RV});
 
-  // f(std::integral_constant<int, RV>) for the RV = ceil(rows / W) row
-  // vectors of the prefill path (1..4).
-  template <class F>
-  static void WithRowVectors(int64_t rows, F&& f) {
-    switch ((rows + W - 1) / W) {
-      case 1:
-        return f(std::integral_constant<int, 1>{});
-      case 2:
-        return f(std::integral_constant<int, 2>{});
-      case 3:
-        return f(std::integral_constant<int, 3>{});
-      case 4:
-        return f(std::integral_constant<int, 4>{});
-      default:
-        break;
-    }
-    assert(false && "more rows than KernelOps::max_rows");
-  }
-
   // Runs of a tile's keys, each with the row vectors [lo, hi) that some row
   // sees a key of (lo >= hi: none). In a masked tile (causal, window) the
   // other vectors' scores of the run are all masked (-inf, P = 0), so QK^T
@@ -132,7 +113,7 @@ struct PrefillKernel {
 
   // f(std::integral_constant<int, N>) for N = n in 1..RV row vectors.
   template <int RV, class F>
-  static void WithVectors(int n, F&& f) {
+  static void WithVectors(int64_t n, F&& f) {
     switch (n) {
       case 1:
         return f(std::integral_constant<int, 1>{});
@@ -149,6 +130,11 @@ struct PrefillKernel {
         break;
     }
     assert(false && "more vectors than the block has");
+  }
+  // The same for the RV = ceil(rows / W) row vectors of a work item (1..4).
+  template <class F>
+  static void WithRowVectors(int64_t rows, F&& f) {
+    WithVectors<4>((rows + W - 1) / W, f);
   }
 
   // Calls f.template operator()<N>(i) over [0, n): blocks of NB, then the
@@ -173,19 +159,15 @@ struct PrefillKernel {
     for (; i < n; ++i) f.template operator()<1>(i);
   }
 
-  // f.template operator()<RS, N>(j, lo) over each run of `runs` that some
-  // vector sees: its keys j in blocks of NB (then 4, 2, 1) for its RS row
-  // vectors from lo.
-  template <int RV, int NB, typename F>
+  // f.template operator()<RS>(run) for each run of `runs` that some vector
+  // sees, RS = run.hi - run.lo its row vectors (from run.lo).
+  template <int RV, typename F>
   static void ForRuns(const KeyRuns& runs, F&& f) {
     for (int i = 0; i < runs.n; ++i) {
       const typename KeyRuns::Run& run = runs.run[i];
       if (run.lo >= run.hi) continue;
       WithVectors<RV>(run.hi - run.lo, [&](auto vectors) {
-        constexpr int RS = decltype(vectors)::value;
-        Blocked<NB>(run.end - run.begin, [&]<int N>(int64_t j) {
-          f.template operator()<RS, N>(run.begin + j, run.lo);
-        });
+        f.template operator()<decltype(vectors)::value>(run);
       });
     }
   }
@@ -330,9 +312,12 @@ struct PrefillKernel {
       const uint16_t* qp = reinterpret_cast<const uint16_t*>(ws + L.queries);
       const uint16_t* kb = static_cast<const uint16_t*>(a.k.data) +
                            a.k.Offset(job.batch, job.kv_head, j0, 0);
-      ForRuns<RV, NB>(runs, [&]<int RS, int N>(int64_t j, int lo) {
-        QkLanesBf16<RS, N>(qp + lo * W * 2, d / 2, rp, kb + j * ks, ks,
-                           st + j * rp + lo * W);
+      ForRuns<RV>(runs, [&]<int RS>(const typename KeyRuns::Run& run) {
+        Blocked<NB>(run.end - run.begin, [&]<int N>(int64_t i) {
+          const int64_t j = run.begin + i;
+          QkLanesBf16<RS, N>(qp + run.lo * W * 2, d / 2, rp, kb + j * ks, ks,
+                             st + j * rp + run.lo * W);
+        });
       });
     }
 #endif
@@ -353,9 +338,12 @@ struct PrefillKernel {
         kstride = ks;
       }
       const float* qt = ws + L.queries;
-      ForRuns<RV, NB>(runs, [&]<int RS, int N>(int64_t j, int lo) {
-        QkLanes<RS, N>(qt + lo * W, d, rp, kb + j * kstride, kstride,
-                       st + j * rp + lo * W);
+      ForRuns<RV>(runs, [&]<int RS>(const typename KeyRuns::Run& run) {
+        Blocked<NB>(run.end - run.begin, [&]<int N>(int64_t i) {
+          const int64_t j = run.begin + i;
+          QkLanes<RS, N>(qt + run.lo * W, d, rp, kb + j * kstride, kstride,
+                         st + j * rp + run.lo * W);
+        });
       });
     }
   }
@@ -482,18 +470,13 @@ struct PrefillKernel {
       sj = a.v.strides[2];
       sd = a.v.strides[3];
     }
-    for (int i = 0; i < runs.n; ++i) {
-      const typename KeyRuns::Run& run = runs.run[i];
-      if (run.lo >= run.hi) continue;
-      const int64_t j = run.begin, n = run.end - run.begin;
-      WithVectors<RV>(run.hi - run.lo, [&](auto vectors) {
-        constexpr int RS = decltype(vectors)::value;
-        Blocked<NB>(d, [&]<int N>(int64_t e) {
-          PvLanes<RS, N>(st + j * rp + run.lo * W, rp, n, vb + j * sj + e * sd,
-                         sj, sd, ot + e * rp + run.lo * W);
-        });
+    ForRuns<RV>(runs, [&]<int RS>(const typename KeyRuns::Run& run) {
+      const int64_t j = run.begin;
+      Blocked<NB>(d, [&]<int N>(int64_t e) {
+        PvLanes<RS, N>(st + j * rp + run.lo * W, rp, run.end - j,
+                       vb + j * sj + e * sd, sj, sd, ot + e * rp + run.lo * W);
       });
-    }
+    });
   }
 
   // One KV tile of the keys [j0, j0 + nt): QK^T, softmax, P.V (flatten:
