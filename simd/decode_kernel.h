@@ -359,10 +359,13 @@ struct DecodeKernel {
   // (several only for BSHD decode: their rows at one key are adjacent in
   // memory, see simd_backend.cc): QkKeyBlock on AVX-512, QkRows (row
   // groups of QkGroup over the rows KeyRows points at) on narrower ISAs.
+  // With several kv heads the heads are the inner loop: at each block of W
+  // keys the item reads its heads' rows of those keys, adjacent in memory,
+  // before the next block (simd/README.md, "BSHD decode items").
   ATTNKIT_SIMD_STEP static void QkTile(const Item& it, const Tile& t) {
-    for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
-      const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
-      for (int64_t jb = 0; jb < t.ntp; jb += W) {
+    for (int64_t jb = 0; jb < t.ntp; jb += W) {
+      for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
+        const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
         if constexpr (Micro::kQkInPlace) {
           QkKeyBlock(it, t, kvh, s0, jb);
         } else {
@@ -546,35 +549,55 @@ struct DecodeKernel {
                      static_cast<const float*>(it.vw), De, it.o + s0 * De, 0);
   }
 
-  // O += P V over the tile, per kv head of the job.
+  // O += P V of V rows read in place (bf16 and int8 widened in registers)
+  // for kv head kvh (rows from s0), the tile's keys [j, j + nj).
+  ATTNKIT_SIMD_STEP static void PvInPlace(const Item& it, const Tile& t,
+                                          int64_t kvh, int64_t s0, int64_t j,
+                                          int64_t nj) {
+    const AttentionArgs& a = it.a;
+    const int64_t off = a.v.Offset(it.job.batch, kvh, t.j0 + j, 0);
+    const float* pm = it.sm + s0 * kDecodeTileKeys + j;
+    float* o = it.o + s0 * it.De;
+    const int64_t pf_rows = it.end - t.j0 - j;
+    if (it.bf16) {
+      Micro::PvRowsAll(it.Rh, it.De, pm, nj,
+                       static_cast<const uint16_t*>(a.v.data) + off,
+                       a.v.strides[2], o, pf_rows);
+    } else if (it.i8) {
+      Micro::PvRowsAll(it.Rh, it.De, pm, nj,
+                       static_cast<const int8_t*>(a.v.data) + off,
+                       a.v.strides[2], o, pf_rows);
+    } else {
+      Micro::PvRowsAll(it.Rh, it.De, pm, nj, a.v.As<float>() + off,
+                       a.v.strides[2], o, pf_rows);
+    }
+  }
+
+  // O += P V over the tile, per kv head of the job; several kv heads (BSHD)
+  // go W keys at a time with the heads inner, as in QkTile.
   // (An i8 V: P times the V rows' scales first -- l already holds the
   // unscaled sum -- and the integer rows are accumulated.)
   ATTNKIT_SIMD_STEP static void PvTile(const Item& it, const Tile& t) {
     const AttentionArgs& a = it.a;
-    for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
-      const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
-      if (it.i8) {
+    const int64_t heads = it.job.kv_heads;
+    if (it.i8) {
+      for (int64_t hk = 0; hk < heads; ++hk)
         for (int64_t jb = 0; jb < t.ntp; jb += W)
-          ScaleKeys(it, t, a.v_scale, kvh, s0, jb);
-      }
+          ScaleKeys(it, t, a.v_scale, it.job.kv_head + hk, hk * it.Rh, jb);
+    }
+    if (heads > 1 && !it.tv && it.in_place) {
+      for (int64_t j = 0; j < t.nt; j += W)
+        for (int64_t hk = 0; hk < heads; ++hk)
+          PvInPlace(it, t, it.job.kv_head + hk, hk * it.Rh, j,
+                    t.nt - j < W ? t.nt - j : W);
+      return;
+    }
+    for (int64_t hk = 0; hk < heads; ++hk) {
+      const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
       if (it.tv) {
         PvTransposedV(it, t, kvh, s0);
       } else if (it.in_place) {
-        // V rows read in place (bf16 widened in registers).
-        const int64_t off = a.v.Offset(it.job.batch, kvh, t.j0, 0);
-        if (it.bf16) {
-          Micro::PvRowsAll(it.Rh, it.De, it.sm + s0 * kDecodeTileKeys, t.nt,
-                           static_cast<const uint16_t*>(a.v.data) + off,
-                           a.v.strides[2], it.o + s0 * it.De, it.end - t.j0);
-        } else if (it.i8) {
-          Micro::PvRowsAll(it.Rh, it.De, it.sm + s0 * kDecodeTileKeys, t.nt,
-                           static_cast<const int8_t*>(a.v.data) + off,
-                           a.v.strides[2], it.o + s0 * it.De, it.end - t.j0);
-        } else {
-          Micro::PvRowsAll(it.Rh, it.De, it.sm + s0 * kDecodeTileKeys, t.nt,
-                           a.v.As<float>() + off, a.v.strides[2],
-                           it.o + s0 * it.De, it.end - t.j0);
-        }
+        PvInPlace(it, t, kvh, s0, 0, t.nt);
       } else {
         PvWidened(it, t, kvh, s0);
       }
