@@ -174,8 +174,9 @@ struct DecodeKernel {
   }
 
   // Transposed V: its rows are d rows along the keys, so the next tile's
-  // slice of them is prefetched a part per W keys of this tile (nothing for
-  // other layouts or the last tile).
+  // slice of them is prefetched a part per W keys of this tile's QK^T
+  // (nothing for other layouts or the last tile). Narrower ISAs only: on
+  // AVX-512 PvTransposedRows fetches them during P.V.
   ATTNKIT_SIMD_STEP static void PrefetchNextVt(const Item& it, const Tile& t,
                                                int64_t kvh, int64_t jb) {
     const int64_t next = t.j0 + kDecodeTileKeys, d = it.d;
@@ -324,7 +325,6 @@ struct DecodeKernel {
           kb.sv = _mm512_load_ps(tail);
         }
       }
-      PrefetchNextVt(it, t, kvh, jb);
       using M = Micro;
       if (!it.in_place) {
         for (int64_t kk = 0; kk < kb.nk; ++kk) WidenKeyRow(it, kvh, j + kk, kk);
@@ -436,14 +436,28 @@ struct DecodeKernel {
   // v + e * vs, ntp keys each.
   template <class Q>
   ATTNKIT_SIMD_STEP static void PvTransposedRows(const Item& it, const Tile& t,
-                                                 const char* v, int64_t vs,
-                                                 int64_t s0) {
+                                                 int64_t kvh, const char* v,
+                                                 int64_t vs, int64_t s0) {
     const int64_t d = it.d;
     const int64_t vbytes = vs * static_cast<int64_t>(sizeof(typename Q::K));
+    const int64_t next = t.j0 + kDecodeTileKeys;
     for (int64_t e0 = 0; e0 < d; e0 += W) {
-      const KeyBlock vb{v + e0 * vbytes,         vs,
-                        d - e0 < W ? d - e0 : W, s0,
-                        _mm512_set1_ps(1.0f),    AheadRows{}};
+      const int64_t ne = d - e0 < W ? d - e0 : W;
+      // The next tile's part of these V^T rows, one row per row of V^T the
+      // first row group dots (spread over the P.V work, see AheadRows).
+      AheadRows ahead;
+      if (next < it.end) {
+        const TensorView& vv = it.a.v;
+        ahead.base =
+            it.vdata + vv.Offset(it.job.batch, kvh, next, e0) * it.esize;
+        ahead.stride = vv.strides[3] * it.esize;
+        ahead.n = ne;
+        ahead.bytes = (it.end - next < kDecodeTileKeys ? it.end - next
+                                                       : kDecodeTileKeys) *
+                      it.esize;
+      }
+      const KeyBlock vb{v + e0 * vbytes,      vs,   ne, s0,
+                        _mm512_set1_ps(1.0f), ahead};
       DotRowGroups<Q>(it, it.sm, kDecodeTileKeys, t.ntp, vb,
                       it.o + s0 * it.De + e0, it.De, true);
     }
@@ -460,17 +474,17 @@ struct DecodeKernel {
             it.vdata + a.v.Offset(it.job.batch, kvh, t.j0, 0) * it.esize;
         const int64_t vs = a.v.strides[3];
         if (it.i8)
-          return PvTransposedRows<typename M::template QkF32Q<int8_t>>(it, t, v,
-                                                                       vs, s0);
+          return PvTransposedRows<typename M::template QkF32Q<int8_t>>(
+              it, t, kvh, v, vs, s0);
         if (it.bf16)
           return PvTransposedRows<typename M::template QkF32Q<uint16_t>>(
-              it, t, v, vs, s0);
-        return PvTransposedRows<typename M::template QkF32Q<float>>(it, t, v,
-                                                                    vs, s0);
+              it, t, kvh, v, vs, s0);
+        return PvTransposedRows<typename M::template QkF32Q<float>>(it, t, kvh,
+                                                                    v, vs, s0);
       }
       // The last tile: widened and zero-padded.
       return PvTransposedRows<typename M::template QkF32Q<float>>(
-          it, t, reinterpret_cast<const char*>(WidenVt(it, t, kvh)),
+          it, t, kvh, reinterpret_cast<const char*>(WidenVt(it, t, kvh)),
           kDecodeTileKeys, s0);
     } else
 #endif
