@@ -281,6 +281,37 @@ TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
   }
 }
 
+// Fewer sequences than threads and long enough contexts: one BSHD item
+// takes all its kv heads and the threads split its keys (MakePlan); the
+// merge of those splits, every mask, f32 / bf16 / i8 K/V, and a ragged
+// second sequence too short to split.
+TEST_P(SimdIsaTest, BshdDecodeWholeRowItemsSplitTheirKeys) {
+  for (int threads : {2, 3}) {
+    auto backend = Make(0, threads);
+    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
+                          MaskKind::kWindow, MaskKind::kBias}) {
+      for (int kvt = 0; kvt < 3; ++kvt) {
+        AttentionProblem p;
+        p.batch = threads - 1;
+        p.q_heads = 20;
+        p.kv_heads = 5;
+        p.head_dim = 64;
+        p.dtype = kvt == 1 ? DType::kBF16 : DType::kF32;
+        if (kvt == 2) p.kv_dtype = DType::kI8;
+        p.layout = KvLayout::kBSHD;
+        p.mask = mask;
+        if (mask == MaskKind::kWindow) p.window = 700;
+        p.q_lens.assign(static_cast<size_t>(p.batch), 1);
+        p.kv_lens = {1700};
+        if (p.batch > 1) p.kv_lens.push_back(90);
+        ExpectMatchesOracle(*backend, p, 90 + threads * 3 + kvt,
+                            ValueProfile::kNormal, 3);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, SimdIsaTest,
                          ::testing::ValuesIn(AvailableIsas()),
                          [](const ::testing::TestParamInfo<Isa>& info) {
