@@ -288,8 +288,8 @@ TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
 TEST_P(SimdIsaTest, BshdDecodeWholeRowItemsSplitTheirKeys) {
   for (int threads : {2, 3}) {
     auto backend = Make(0, threads);
-    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
-                          MaskKind::kWindow, MaskKind::kBias}) {
+    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
+                          MaskKind::kBias}) {
       for (int kvt = 0; kvt < 3; ++kvt) {
         AttentionProblem p;
         p.batch = threads - 1;
