@@ -106,7 +106,11 @@ struct DecodeMicroKernels {
   // back for them, which it follows poorly (simd/README.md, "V in chunks").
   // So the keys go in chunks of about 4 KiB of V, every column block of a
   // chunk runs before the next chunk, and the other column blocks re-read
-  // the chunk from L1.
+  // the chunk from L1. Except an int8 V with a whole row block (4+ rows per
+  // kv head): its pass is bound by the widening and the multiply-adds, not
+  // by the stream, and each column block runs over the whole tile, its
+  // accumulators loaded and stored once per tile rather than once per 32
+  // keys (simd/README.md, "V in chunks").
   //
   // pf_rows: rows that exist from vbase on (the keys left in the work item):
   // the first row block prefetches rows PrefetchKeys() ahead up to there; 0
@@ -123,8 +127,9 @@ struct DecodeMicroKernels {
                                           const T* vbase, int64_t vs, float* o,
                                           int64_t pf_rows) {
     const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
-    const int64_t chunk =
-        De <= kPvCols * W ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
+    const int64_t chunk = De <= kPvCols * W || (sizeof(T) == 1 && R >= 4)
+                              ? nt
+                              : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
     const int64_t ahead_keys = PrefetchKeys(row_bytes);
     for (int64_t j0 = 0; j0 < nt; j0 += chunk) {
       const int64_t nj = nt - j0 < chunk ? nt - j0 : chunk;
