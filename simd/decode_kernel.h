@@ -173,24 +173,30 @@ struct DecodeKernel {
     return k_ahead;
   }
 
-  // Transposed V: its rows are d rows along the keys, so the next tile's
-  // slice of them is prefetched a part per W keys of this tile's QK^T
-  // (nothing for other layouts or the last tile). Narrower ISAs only: on
-  // AVX-512 PvTransposedRows fetches them during P.V.
-  ATTNKIT_SIMD_STEP static void PrefetchNextVt(const Item& it, const Tile& t,
-                                               int64_t kvh, int64_t jb) {
-    const int64_t next = t.j0 + kDecodeTileKeys, d = it.d;
-    if (!it.tv || next >= it.end) return;
-    const int64_t per = (d * W + t.ntp - 1) / t.ntp;
-    const int64_t e0 = jb / W * per;
-    const int64_t ne = d - e0 < per ? d - e0 : per;
+  // Transposed V: V^T rows [e0, e0 + ne) of kv head kvh, their part in the
+  // next tile's keys (empty for the last tile): what P.V will read next.
+  ATTNKIT_SIMD_STEP static AheadRows NextVtRows(const Item& it, const Tile& t,
+                                                int64_t kvh, int64_t e0,
+                                                int64_t ne) {
+    const int64_t next = t.j0 + kDecodeTileKeys;
+    if (next >= it.end || ne <= 0) return AheadRows{};
     const int64_t nk =
         it.end - next < kDecodeTileKeys ? it.end - next : kDecodeTileKeys;
-    if (ne > 0)
-      AheadRows{
-          it.vdata + it.a.v.Offset(it.job.batch, kvh, next, e0) * it.esize,
-          it.a.v.strides[3] * it.esize, ne, nk * it.esize}
-          .FetchAll();
+    return AheadRows{
+        it.vdata + it.a.v.Offset(it.job.batch, kvh, next, e0) * it.esize,
+        it.a.v.strides[3] * it.esize, ne, nk * it.esize};
+  }
+
+  // Narrower ISAs: the next tile's V^T rows prefetched a part per W keys of
+  // this tile's QK^T (nothing for other layouts). On AVX-512
+  // PvTransposedRows fetches them during P.V instead.
+  ATTNKIT_SIMD_STEP static void PrefetchNextVt(const Item& it, const Tile& t,
+                                               int64_t kvh, int64_t jb) {
+    if (!it.tv) return;
+    const int64_t d = it.d;
+    const int64_t per = (d * W + t.ntp - 1) / t.ntp;
+    const int64_t e0 = jb / W * per;
+    NextVtRows(it, t, kvh, e0, d - e0 < per ? d - e0 : per).FetchAll();
   }
 
   // S[r][jb .. jb + W) for kv head rows [s0, s0 + Rh), kQkRowGroup rows per
@@ -440,24 +446,16 @@ struct DecodeKernel {
                                                  int64_t vs, int64_t s0) {
     const int64_t d = it.d;
     const int64_t vbytes = vs * static_cast<int64_t>(sizeof(typename Q::K));
-    const int64_t next = t.j0 + kDecodeTileKeys;
     for (int64_t e0 = 0; e0 < d; e0 += W) {
       const int64_t ne = d - e0 < W ? d - e0 : W;
       // The next tile's part of these V^T rows, one row per row of V^T the
       // first row group dots (spread over the P.V work, see AheadRows).
-      AheadRows ahead;
-      if (next < it.end) {
-        const TensorView& vv = it.a.v;
-        ahead.base =
-            it.vdata + vv.Offset(it.job.batch, kvh, next, e0) * it.esize;
-        ahead.stride = vv.strides[3] * it.esize;
-        ahead.n = ne;
-        ahead.bytes = (it.end - next < kDecodeTileKeys ? it.end - next
-                                                       : kDecodeTileKeys) *
-                      it.esize;
-      }
-      const KeyBlock vb{v + e0 * vbytes,      vs,   ne, s0,
-                        _mm512_set1_ps(1.0f), ahead};
+      const KeyBlock vb{v + e0 * vbytes,
+                        vs,
+                        ne,
+                        s0,
+                        _mm512_set1_ps(1.0f),
+                        NextVtRows(it, t, kvh, e0, ne)};
       DotRowGroups<Q>(it, it.sm, kDecodeTileKeys, t.ntp, vb,
                       it.o + s0 * it.De + e0, it.De, true);
     }

@@ -103,25 +103,26 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   // 2 KiB (Hkv 8, d 128, bf16) while the prefetchers pull in the
   // neighbours' lines, which are evicted long before their own head runs
   // (simd/README.md, "BSHD decode items"). Items of kv_heads adjacent kv
-  // heads walk their tiles head by head, so a thread reads kv_heads rows
-  // contiguously per position. Only for few rows per head (the decode path)
-  // and enough items left for the threads -- counting kv splits: with fewer
-  // sequences than threads, keys enough for a split per thread, and a
-  // thread's share of a position's row under a split by heads shorter than
-  // a 4 KiB page, an item takes as many kv heads as its rows allow and the
-  // threads split its keys, so each reads whole position rows (simd/README.md,
-  // "BSHD decode items").
+  // heads walk their tiles W keys at a time with the heads inner, so a
+  // thread reads kv_heads rows contiguously per position. Only for few rows per
+  // head (the decode path) and enough items left for the threads -- counting kv
+  // splits: with fewer sequences than threads, keys enough for a split per
+  // thread, and a thread's share of a position's row under a split by heads
+  // shorter than a 4 KiB page, an item takes as many kv heads as its rows allow
+  // and the threads split its keys, so each reads whole position rows
+  // (simd/README.md, "BSHD decode items").
   int64_t max_q = 0;
   for (const int64_t q : p.q_lens) max_q = std::max(max_q, q);
   const int64_t head_rows =
       std::min(plan.queries, std::max<int64_t>(max_q, 1)) * plan.group_heads;
   if (p.layout == KvLayout::kBSHD && plan.group_blocks == 1 &&
       head_rows < ops_->vector_floats) {
+    constexpr int64_t kPageBytes = 4096;
     const int64_t most = std::min(p.kv_heads, max_rows / head_rows);
     const int64_t row_bytes = p.kv_heads * p.head_dim * DTypeSize(p.KvDType());
     const bool split_keys = p.batch < threads &&
                             p.max_kv_len() >= threads * kMinKeysPerSplit &&
-                            row_bytes / threads < 4096;
+                            row_bytes / threads < kPageBytes;
     plan.kv_heads = split_keys ? most
                                : std::clamp<int64_t>(
                                      p.kv_heads * p.batch / threads, 1, most);
