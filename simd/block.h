@@ -110,30 +110,39 @@ ATTNKIT_SIMD_STEP inline void MaskRow(const Rows& rows, int64_t r, int64_t j0,
   }
 }
 
-// The end of a work item: row r's O (o_at(r, e), e < d) divided by its sum
-// l[r] into args.out (zeros when l is 0: no key), or, for a split job, O, m
-// and l as they are into its partial block.
+// Where the end of a work item puts row r's O: args.out, O times `scale` =
+// 1 / l (zeros, `zero`, when l is 0: no key), or, for a split job, its
+// partial block, O as it is (scale 1), whose m and l this stores.
+struct RowSink {
+  float* dst;
+  float scale;
+  bool zero;
+};
+ATTNKIT_SIMD_STEP inline RowSink RowSinkOf(const BlockJob& job,
+                                           const Rows& rows, int64_t r, float m,
+                                           float l) {
+  if (job.partial != nullptr) {
+    const PartialLayout pl = PartialLayoutFor(job.problem->head_dim);
+    *pl.m(job.partial, r) = m;
+    *pl.l(job.partial, r) = l;
+    return {pl.o(job.partial, r), 1.0f, false};
+  }
+  const AttentionArgs& a = *job.args;
+  float* out = a.out.As<float>() +
+               a.out.Offset(job.batch, rows.head[r], rows.query[r], 0);
+  return {out, l > 0.0f ? 1.0f / l : 0.0f, !(l > 0.0f)};
+}
+
+// The end of a work item: row r's O (o_at(r, e), e < d) into its sink.
 template <class OAt>
 ATTNKIT_SIMD_STEP inline void WriteRows(const BlockJob& job, const Rows& rows,
                                         const float* m, const float* l,
                                         OAt o_at) {
   const int64_t d = job.problem->head_dim;
-  const AttentionArgs& a = *job.args;
   for (int64_t r = 0; r < rows.count; ++r) {
-    const float lr = l[r];
-    if (job.partial != nullptr) {
-      const PartialLayout pl = PartialLayoutFor(d);
-      float* po = pl.o(job.partial, r);
-      for (int64_t e = 0; e < d; ++e) po[e] = o_at(r, e);
-      *pl.m(job.partial, r) = m[r];
-      *pl.l(job.partial, r) = lr;
-      continue;
-    }
-    float* out = a.out.As<float>() +
-                 a.out.Offset(job.batch, rows.head[r], rows.query[r], 0);
-    const float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+    const RowSink sink = RowSinkOf(job, rows, r, m[r], l[r]);
     for (int64_t e = 0; e < d; ++e)
-      out[e] = lr > 0.0f ? o_at(r, e) * inv : 0.0f;
+      sink.dst[e] = sink.zero ? 0.0f : o_at(r, e) * sink.scale;
   }
 }
 

@@ -258,7 +258,8 @@ struct PrefillKernel {
   }
 
   // Packs Q^T (f32 [d][rp], or bf16 pairs [d/2][rp][2] for vdpbf16ps) into
-  // the workspace; padded rows are zero.
+  // the workspace, W rows by W columns at a time through in-register
+  // transposes (q is unit-stride along d); padded rows are zero.
   template <int RV>
   ATTNKIT_SIMD_STEP static void LoadQueries(const BlockJob& job,
                                             const Rows& rows, float* ws,
@@ -266,30 +267,92 @@ struct PrefillKernel {
     const AttentionProblem& p = *job.problem;
     const AttentionArgs& a = *job.args;
     const int64_t d = p.head_dim, rp = RV * W;
-    if (UsesBf16Dot(p)) {
-      uint16_t* qp = reinterpret_cast<uint16_t*>(ws + L.queries);
-      const uint16_t* q = static_cast<const uint16_t*>(a.q.data);
-      for (int64_t r = 0; r < rp; ++r)
-        for (int64_t e = 0; e < d; ++e)
-          qp[((e / 2) * rp + r) * 2 + (e & 1)] =
-              r < rows.count
-                  ? q[a.q.Offset(job.batch, rows.head[r], rows.query[r], e)]
-                  : 0;
-    } else {
+    float* qt = ws + L.queries;
+    for (int rv = 0; rv < RV; ++rv) {
+      const int64_t r0 = rv * W;
+      const int64_t nr =
+          std::min<int64_t>(W, std::max<int64_t>(rows.count - r0, 0));
+      int64_t off[W];
+      for (int64_t i = 0; i < nr; ++i)
+        off[i] =
+            a.q.Offset(job.batch, rows.head[r0 + i], rows.query[r0 + i], 0);
+#if defined(__AVX512BF16__)
+      if (UsesBf16Dot(p)) {
+        // A pair of bf16 is one 32-bit element of the transpose: the bits
+        // move as they are (q as given: scaling would round it again).
+        static_assert(W == 16);
+        const uint16_t* q = static_cast<const uint16_t*>(a.q.data);
+        const int64_t d2 = d / 2, dv = d2 / W * W;
+        for (int64_t p0 = 0; p0 < dv; p0 += W) {
+          V t[W];
+          for (int i = 0; i < W; ++i)
+            t[i] = i < nr ? V(_mm512_castsi512_ps(
+                                _mm512_loadu_si512(q + off[i] + 2 * p0)))
+                          : X::Zero();
+          X::Transpose(t);
+          for (int k = 0; k < W; ++k) X::Store(qt + (p0 + k) * rp + r0, t[k]);
+        }
+        uint16_t* qp = reinterpret_cast<uint16_t*>(qt);
+        for (int64_t pp = dv; pp < d2; ++pp)
+          for (int64_t i = 0; i < W; ++i)
+            for (int64_t h = 0; h < 2; ++h)
+              qp[(pp * rp + r0 + i) * 2 + h] =
+                  i < nr ? q[off[i] + 2 * pp + h] : 0;
+        continue;
+      }
+#endif
       // Scaled to log2 units here, once per work item, rather than every
       // tile's logits (see SoftmaxTile).
-      const float c = job.scale_log2e;
-      float* qt = ws + L.queries;
-      float row[kMaxHeadDim];
-      for (int64_t r = 0; r < rp; ++r) {
-        if (r < rows.count) {
-          LoadRow(a.q, a.q.Offset(job.batch, rows.head[r], rows.query[r], 0), 1,
-                  d, row);
-        } else {
-          ZeroFloats(row, d);
+      const V c = X::Set(job.scale_log2e);
+      const int64_t dv = d / W * W;
+      auto pack = [&]<class T>(const T* q) {
+        for (int64_t e0 = 0; e0 < dv; e0 += W) {
+          V t[W];
+          for (int i = 0; i < W; ++i)
+            t[i] = i < nr ? X::Load(q + off[i] + e0) * c : X::Zero();
+          X::Transpose(t);
+          for (int k = 0; k < W; ++k) X::Store(qt + (e0 + k) * rp + r0, t[k]);
         }
-        for (int64_t e = 0; e < d; ++e) qt[e * rp + r] = row[e] * c;
+        for (int64_t e = dv; e < d; ++e)
+          for (int64_t i = 0; i < W; ++i)
+            qt[e * rp + r0 + i] =
+                i < nr ? LoadOne(q + off[i] + e) * job.scale_log2e : 0.0f;
+      };
+      if (p.dtype == DType::kF32) {
+        pack(a.q.As<float>());
+      } else {
+        pack(static_cast<const uint16_t*>(a.q.data));
       }
+    }
+  }
+
+  // The end of the work item: O^T [d][rp] into the rows' sinks (WriteRows),
+  // W columns of W rows at a time through in-register transposes.
+  template <int RV>
+  ATTNKIT_SIMD_STEP static void WriteOut(const BlockJob& job, const Rows& rows,
+                                         const float* ws,
+                                         const WorkspaceLayout& L) {
+    const int64_t d = job.problem->head_dim, rp = RV * W, dv = d / W * W;
+    const float* ot = ws + L.out;
+    for (int rv = 0; rv < RV && rv * W < rows.count; ++rv) {
+      const int64_t r0 = rv * W;
+      const int64_t nr = std::min<int64_t>(W, rows.count - r0);
+      RowSink sink[W];
+      for (int64_t i = 0; i < nr; ++i)
+        sink[i] = RowSinkOf(job, rows, r0 + i, ws[L.row_max + r0 + i],
+                            ws[L.row_sum + r0 + i]);
+      for (int64_t e0 = 0; e0 < dv; e0 += W) {
+        V t[W];
+        for (int k = 0; k < W; ++k) t[k] = X::Load(ot + (e0 + k) * rp + r0);
+        X::Transpose(t);
+        for (int64_t i = 0; i < nr; ++i)
+          X::Store(sink[i].dst + e0,
+                   sink[i].zero ? X::Zero() : t[i] * X::Set(sink[i].scale));
+      }
+      for (int64_t i = 0; i < nr; ++i)
+        for (int64_t e = dv; e < d; ++e)
+          sink[i].dst[e] =
+              sink[i].zero ? 0.0f : ot[e * rp + r0 + i] * sink[i].scale;
     }
   }
 
@@ -513,8 +576,7 @@ struct PrefillKernel {
       if (cover.empty) continue;  // fully masked tile (causal / window)
       RunTile<RV>(job, rows, ws, L, j0, nt, !cover.full);
     }
-    WriteRows(job, rows, ws + L.row_max, ws + L.row_sum,
-              [&](int64_t r, int64_t e) { return ot[e * rp + r]; });
+    WriteOut<RV>(job, rows, ws, L);
   }
 };
 
