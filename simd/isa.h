@@ -244,6 +244,10 @@ struct XVec {
     return xsimd::select(m == V(kNegInf), V(0.0f), m);
   }
   static bool AllEqual(const V& a, const V& b) { return xsimd::all(a == b); }
+  // s where lo <= j < hi, else -inf (a lane-wise mask of keys j).
+  static V KeepIn(const V& s, const V& j, const V& lo, const V& hi) {
+    return xsimd::select((j >= lo) & (j < hi), s, V(kNegInf));
+  }
 };
 
 // The portable fallback: a 4-float "vector" in plain C++ (no intrinsics; at
@@ -333,6 +337,12 @@ struct SVec {
     for (int i = 0; i < 4; ++i)
       if (!(a.v[i] == b.v[i])) return false;
     return true;
+  }
+  static V KeepIn(const V& s, const V& j, const V& lo, const V& hi) {
+    V r;
+    for (int i = 0; i < 4; ++i)
+      r.v[i] = j.v[i] >= lo.v[i] && j.v[i] < hi.v[i] ? s.v[i] : kNegInf;
+    return r;
   }
 };
 

@@ -451,15 +451,43 @@ struct PrefillKernel {
           X::Store(st + j * rp + rv * W, X::Load(st + j * rp + rv * W) * c);
       }
     }
-    if (masked) {
+    // A mask without a bias goes lane-wise into the max pass: each lane's
+    // visible keys [lo, hi) of the tile (MaskRow's scalar stores, a column of
+    // S^T per row, took ~1% of a causal prefill).
+    const bool lane_mask = masked && job.problem->mask != MaskKind::kBias;
+    if (masked && !lane_mask) {
       for (int64_t r = 0; r < rows.count; ++r)
         MaskRow<RV * W>(rows, r, j0, nt, job.args->bias.strides[3], st + r);
     }
     bool rescale = false;
     for (int rv = 0; rv < RV; ++rv) {
       V tmax = X::Set(kNegInf);
-      for (int64_t j = 0; j < nt; ++j)
-        tmax = X::Max(tmax, X::Load(st + j * rp + rv * W));
+      if (lane_mask) {
+        alignas(64) float lo[W], hi[W];
+        for (int i = 0; i < W; ++i) {
+          const int64_t r = rv * W + i;
+          lo[i] = 0.0f;  // padded rows: unmasked, as MaskRow leaves them
+          hi[i] = static_cast<float>(nt);
+          if (r < rows.count) {
+            // Tile-relative and clamped to [0, nt]: exact in f32 (an empty
+            // range stays empty: lo >= hi).
+            lo[i] = static_cast<float>(
+                std::clamp<int64_t>(rows.key_begin[r] - j0, 0, nt));
+            hi[i] = static_cast<float>(
+                std::clamp<int64_t>(rows.key_end[r] - j0, 0, nt));
+          }
+        }
+        const V lov = X::Load(lo), hiv = X::Load(hi);
+        for (int64_t j = 0; j < nt; ++j) {
+          const V s = X::KeepIn(X::Load(st + j * rp + rv * W),
+                                X::Set(static_cast<float>(j)), lov, hiv);
+          X::Store(st + j * rp + rv * W, s);
+          tmax = X::Max(tmax, s);
+        }
+      } else {
+        for (int64_t j = 0; j < nt; ++j)
+          tmax = X::Max(tmax, X::Load(st + j * rp + rv * W));
+      }
       const V m_old = X::Load(m + rv * W);
       const V m_new = X::NewMax(m_old, tmax);
       const V m_use = X::UsableMax(m_new);
