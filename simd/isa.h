@@ -159,26 +159,47 @@ struct XVec {
 #endif
     return xsimd::haddp(rows);
   }
+#if defined(__AVX2__) || defined(__AVX512F__)
+  // Transpose's first two stages on W-float registers R (t: scratch).
+  template <class R>
+  static void Blocks4x4(const V* m, R* t, R* u) {
+    constexpr bool kZmm = sizeof(R) == 64;
+    auto unpack = [](R a, R b, bool hi) {
+      if constexpr (kZmm)
+        return hi ? _mm512_unpackhi_ps(a, b) : _mm512_unpacklo_ps(a, b);
+      else
+        return hi ? _mm256_unpackhi_ps(a, b) : _mm256_unpacklo_ps(a, b);
+    };
+    // (x[0], x[1], y[0], y[1]) or, kHigh, (x[2], x[3], y[2], y[3]) per block.
+    auto shuffle = []<bool kHigh>(R x, R y) {
+      if constexpr (kZmm)
+        return _mm512_shuffle_ps(x, y, kHigh ? 0xEE : 0x44);
+      else
+        return _mm256_shuffle_ps(x, y, kHigh ? 0xEE : 0x44);
+    };
+    for (int i = 0; i < W; i += 2) {
+      t[i] = unpack(m[i], m[i + 1], false);
+      t[i + 1] = unpack(m[i], m[i + 1], true);
+    }
+    for (int k = 0; k < W; k += 4) {
+      u[k] = shuffle.template operator()<false>(t[k], t[k + 2]);
+      u[k + 1] = shuffle.template operator()<true>(t[k], t[k + 2]);
+      u[k + 2] = shuffle.template operator()<false>(t[k + 1], t[k + 3]);
+      u[k + 3] = shuffle.template operator()<true>(t[k + 1], t[k + 3]);
+    }
+  }
+#endif
   // Transposes the W x W matrix of rows m[0..W) in place (m[i] lane j <-
   // m[j] lane i): the prefill path's Q^T packing and O^T write-back, whose
-  // strided scalar copies took ~8% of a short prefill's time.
+  // strided scalar copies took ~8% of a short prefill's time. Unpacks and
+  // in-block shuffles make 4 x 4 blocks (u[4k + c], 128-bit block b: rows
+  // 4k..4k+3 of column 4b + c); block shuffles put each column's blocks in
+  // order (two rounds of 4 blocks on AVX-512, one of 2 on AVX2).
   static void Transpose(V* m) {
 #if defined(__AVX512F__)
     if constexpr (W == 16) {
-      // Unpacks and 128-bit shuffles make 4 x 4 blocks (u[4k + c], 128-bit
-      // block b: rows 4k..4k+3 of column 4b + c); two rounds of block
-      // shuffles put each column's four blocks in order.
       __m512 t[16], u[16];
-      for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(m[i], m[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(m[i], m[i + 1]);
-      }
-      for (int k = 0; k < 16; k += 4) {
-        u[k] = _mm512_shuffle_ps(t[k], t[k + 2], 0x44);
-        u[k + 1] = _mm512_shuffle_ps(t[k], t[k + 2], 0xEE);
-        u[k + 2] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-        u[k + 3] = _mm512_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-      }
+      Blocks4x4(m, t, u);
       for (int h = 0; h < 16; h += 8)
         for (int c = 0; c < 4; ++c) {
           t[h + c] = _mm512_shuffle_f32x4(u[h + c], u[h + 4 + c], 0x88);
@@ -194,16 +215,7 @@ struct XVec {
 #if defined(__AVX2__)
     if constexpr (W == 8) {
       __m256 t[8], u[8];
-      for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(m[i], m[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(m[i], m[i + 1]);
-      }
-      for (int k = 0; k < 8; k += 4) {
-        u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
-        u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
-        u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
-        u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
-      }
+      Blocks4x4(m, t, u);
       for (int c = 0; c < 4; ++c) {
         m[c] = V(_mm256_permute2f128_ps(u[c], u[4 + c], 0x20));
         m[4 + c] = V(_mm256_permute2f128_ps(u[c], u[4 + c], 0x31));
