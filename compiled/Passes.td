@@ -176,7 +176,8 @@ def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",
     "mlir::memref::MemRefDialect", "mlir::scf::SCFDialect",
-    "mlir::vector::VectorDialect", "mlir::x86vector::X86VectorDialect"
+    "mlir::vector::VectorDialect", "mlir::x86vector::X86VectorDialect",
+    "mlir::LLVM::LLVMDialect"
   ];
   let options = [
     Option<"bf16Dot", "bf16-dot", "bool", /*default=*/"false",

@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -210,9 +211,14 @@ private:
   }
 
   /// scf.for whose body is produced by `body(iv, iterArgs) -> yielded`.
+  /// `rolled`: LLVM must not unroll it (llvm.loop.unroll.disable; the
+  /// attribute rides scf-to-cf onto the back edge's branch). For a body of
+  /// many independent loads: unrolled, LLVM hoists the loads of all the
+  /// copies ahead of their uses and spills.
   SmallVector<Value>
   loop(Value lb, Value ub, Value step, ValueRange inits,
-       function_ref<SmallVector<Value>(Value, ValueRange)> body) {
+       function_ref<SmallVector<Value>(Value, ValueRange)> body,
+       bool rolled = false) {
     auto forOp = scf::ForOp::create(
         b_, loc_, lb, ub, step, inits,
         [&](OpBuilder &nb, Location, Value iv, ValueRange args) {
@@ -221,6 +227,20 @@ private:
           SmallVector<Value> ys = body(iv, args);
           scf::YieldOp::create(b_, loc_, ys);
         });
+    if (rolled) {
+      MLIRContext *ctx = b_.getContext();
+      auto unroll = LLVM::LoopUnrollAttr::get(
+          ctx, /*disable=*/b_.getBoolAttr(true), /*count=*/{},
+          /*runtimeDisable=*/{}, /*full=*/{}, /*followupUnrolled=*/{},
+          /*followupRemainder=*/{}, /*followupAll=*/{});
+      auto annotation = LLVM::LoopAnnotationAttr::get(
+          ctx, /*disableNonforced=*/{}, /*vectorize=*/{}, /*interleave=*/{},
+          unroll, /*unrollAndJam=*/{}, /*licm=*/{}, /*distribute=*/{},
+          /*pipeline=*/{}, /*peeled=*/{}, /*unswitch=*/{},
+          /*mustProgress=*/{}, /*isVectorized=*/{}, /*startLoc=*/{},
+          /*endLoc=*/{}, /*parallelAccesses=*/{});
+      forOp->setAttr("loop_annotation", annotation);
+    }
     return SmallVector<Value>(forOp.getResults());
   }
   void loop(Value lb, Value ub, Value step, function_ref<void(Value)> body) {
