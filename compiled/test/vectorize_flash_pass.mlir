@@ -23,6 +23,20 @@
 // DECODE-NOT:   linalg.generic
 // DECODE-NOT:   attnkit.flash
 //
+// Decode with transposed V: P.V's loop over the tile's keys stays a loop
+// (llvm.loop.unroll.disable on its back edge in the LLVM IR): unrolled, LLVM
+// hoisted the Vᵀ loads of every copy and spilled accumulators.
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 1 --kv-heads 1 --q-len 1 --kv-len 100 --layout tv \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=TV
+// TV:     #[[UNROLL:.*]] = #llvm.loop_unroll<disable = true>
+// TV:     #[[ROLLED:.*]] = #llvm.loop_annotation<unroll = #[[UNROLL]]>
+// TV:     vector.fma
+// TV:     } {loop_annotation = #[[ROLLED]]}
+// RUN: attnkit-compile --emit=llvm-ir --head-dim 32 --heads 1 --kv-heads 1 --q-len 1 --layout tv | FileCheck %s --check-prefix=TVLL
+// TVLL:   br label %{{.*}}, !llvm.loop ![[LOOP:[0-9]+]]
+// TVLL:   ![[LOOP]] = distinct !{![[LOOP]], ![[DISABLE:[0-9]+]]}
+// TVLL:   ![[DISABLE]] = !{!"llvm.loop.unroll.disable"}
+//
 // No match: a loop without a flash role is not looked at; a query_loop that
 // is not the flash form is left for the linalg path, with a remark (a
 // performance cliff, not an error), and loses its role.
