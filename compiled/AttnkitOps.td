@@ -53,7 +53,11 @@ def Attnkit_FlashRole : I32EnumAttr<"FlashRole",
       I32EnumAttrCase<"Pv", 4, "pv">,
       I32EnumAttrCase<"HeadLoop", 5, "head_loop">,
       I32EnumAttrCase<"KeyScale", 6, "key_scale">,
-      I32EnumAttrCase<"ValueScale", 7, "value_scale">
+      I32EnumAttrCase<"ValueScale", 7, "value_scale">,
+      // The index of a query tile's last row, from which the tile's key
+      // bound is computed: the vectorizer recomputes the bound for each
+      // vector of rows (a causal diagonal tile skips what no row sees).
+      I32EnumAttrCase<"LastRow", 8, "last_row">
     ]> {
   let cppNamespace = "::attnkit::compiled";
   let genSpecializedAttr = 0;

@@ -104,7 +104,8 @@ def FlashAttention : Pass<"attnkit-flash-attention", "mlir::func::FuncOp"> {
     m_new), and one P.V -- each built by the same helpers as the naive
     chain (structured_builders.h). No S x S tensor exists and nothing is
     recomputed; a causal or window mask also narrows the KV loop's range to
-    the keys a query tile can see. log2(e) is folded into the scale once
+    the keys a query tile can see (the upper bound is that of the tile's
+    last row, an op marked `last_row` for the vectorizer). log2(e) is folded into the scale once
     when the modifier is additive in the score, else applied to its result.
 
     Before:
@@ -158,7 +159,10 @@ def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
     loop bounds, each tile's key range and the score modifier (re-emitted
     on vectors). Prefill (query tile a multiple of 16): Q packed as Q^T once
     per tile, Q.K^T in 4 keys x 64 rows register blocks, the online softmax
-    along rows of S^T, P.V in 4 rows x 64 columns blocks. Decode (any other
+    along rows of S^T, P.V in 4 rows x 64 columns blocks; with one query
+    head per tile, each vector of 16 rows gets its own key bound (the
+    `last_row` slice re-evaluated for its last row), so the diagonal tile of
+    a causal mask computes only the keys each vector sees. Decode (any other
     tile): K and V rows streamed at full vector width. An i8 K/V (the
     key_scale and value_scale ops): its rows are loaded as vector<16xi8>
     and converted in registers (arith.sitofp), the keys' scales multiply

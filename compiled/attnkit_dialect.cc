@@ -60,6 +60,16 @@ LogicalResult verifyRole(Operation *op, FlashRole role) {
     return op->emitOpError("'")
            << kFlashRoleAttrName << "' " << stringifyFlashRole(role)
            << " must be on an scf.for";
+  if (role == FlashRole::LastRow) {
+    Operation *parent = op->getParentOp();
+    if (op->getNumResults() != 1 || !op->getResult(0).getType().isIndex() ||
+        !parent || !hasFlashRole(parent, FlashRole::QueryLoop))
+      return op->emitOpError("'")
+             << kFlashRoleAttrName
+             << "' last_row must be on an op of one index result in a "
+                "query_loop";
+    return success();
+  }
   if (!loop && !isa<linalg::GenericOp>(op))
     return op->emitOpError("'")
            << kFlashRoleAttrName << "' " << stringifyFlashRole(role)

@@ -268,8 +268,12 @@ std::pair<Value, Value> FlashRewriter::keyRange(OpBuilder &b, Value i0,
   Value zero = cstI(b, 0), one = cstI(b, 1);
   Value lo = zero, hi = n;
   KeyBounds kb = analyzeMask(op_);
+  // The upper bounds are those of the tile's last row; marked, so that the
+  // vectorizer can evaluate them for a vector of rows of the tile instead.
   Value lastRow = arith::SubIOp::create(
       b, loc_, arith::AddIOp::create(b, loc_, i0, bq), one);
+  if (!kb.upper.empty())
+    setFlashRole(lastRow.getDefiningOp(), FlashRole::LastRow);
   for (arith::CmpIOp cmp : kb.upper) {
     Value bound = materializeBound(b, loc_, cmp.getRhs(), lastRow, op_);
     if (!bound)

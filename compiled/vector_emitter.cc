@@ -2,6 +2,7 @@
 // on vectors, tile initialisation, P.V rows, the epilogue) and emit().
 #include "compiled/vector_emitter.h"
 
+#include "compiled/attnkit_dialect.h"
 #include "compiled/passes.h"
 
 using namespace mlir;
@@ -250,14 +251,35 @@ void Emitter::emit() {
     for (Value o : def->getOperands())
       work.push_back(o);
   }
+  Operation *lastRow = nullptr;
   for (Operation &op : *outer.getBody())
-    if (needed.contains(&op))
-      b_.clone(op, map);
+    if (needed.contains(&op)) {
+      if (hasFlashRole(&op, FlashRole::LastRow))
+        lastRow = &op;
+      b_.clone(op, map)->removeAttr(kFlashRoleAttrName);
+    }
   Value lo = map.lookupOrDefault(f_.inner.getLowerBound());
   Value hi = map.lookupOrDefault(f_.inner.getUpperBound());
   Value bq = minI(outer.getStep(), sub(outer.getUpperBound(), i0));
+  // MHA prefill: the rows are consecutive queries, 16 per vector, so each
+  // vector's own key bound is the slice above with the tile's last row
+  // replaced by the vector's (rows past bq: bq's). Other tiles repeat the
+  // queries across the vectors (G > 1) and keep the tile's bound.
+  SmallVector<Value> vectorHi;
+  if (prefill && f_.g == 1 && rows_ > kLanes && lastRow) {
+    for (int64_t v = 0; v < rows_ / kLanes; ++v) {
+      IRMapping mv;
+      mv.map(outer.getInductionVar(), i0);
+      mv.map(lastRow->getResult(0),
+             sub(add(i0, minI(cI((v + 1) * kLanes), bq)), cI(1)));
+      for (Operation &op : *outer.getBody())
+        if (needed.contains(&op) && &op != lastRow)
+          b_.clone(op, mv)->removeAttr(kFlashRoleAttrName);
+      vectorHi.push_back(mv.lookupOrDefault(f_.inner.getUpperBound()));
+    }
+  }
   if (prefill)
-    emitPrefill(i0, bq, lo, hi);
+    emitPrefill(i0, bq, lo, hi, vectorHi);
   else
     emitDecode(i0, bq, lo, hi);
 }

@@ -279,7 +279,10 @@ private:
   Value transposeReduce(SmallVector<Value> acc);
   void qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb);
   void epilogue(Value i0, Value bq);
-  void emitPrefill(Value i0, Value bq, Value lo, Value hi);
+  /// `vectorHi`: empty, or the key bound of each vector of 16 rows (a
+  /// non-decreasing sequence up to hi: see emit()).
+  void emitPrefill(Value i0, Value bq, Value lo, Value hi,
+                   ArrayRef<Value> vectorHi);
   void emitDecode(Value i0, Value bq, Value lo, Value hi);
 
   FlashLoop f_;

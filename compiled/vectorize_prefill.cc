@@ -49,7 +49,8 @@ void Emitter::pvTransposedPrefill(Value j0, Value bk) {
     block(cI(full), f_.d - full);
 }
 
-void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
+void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi,
+                          ArrayRef<Value> vectorHi) {
   const int64_t d = f_.d, bkMax = f_.bk, rv = rows_ / kLanes;
   const float negInf = -std::numeric_limits<float>::infinity();
   // Qᵀ[d][r], rows past bq zero (their results are never written). For
@@ -92,12 +93,12 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
 
   loop(lo, hi, cI(bkMax), [&](Value j0) {
     Value bk = minI(cI(bkMax), sub(hi, j0));
-    Value last = sub(bk, cI(1));
-    // Sᵀ[j][r] = sum_d K[j0+j][d] * Qᵀ[d][r]: blocks of jb keys x rvb vectors.
-    const int64_t rvb = std::min<int64_t>(rv, 4), jb = kLanes / rvb;
-    for (int64_t v0 = 0; v0 < rv; v0 += rvb) {
-      const int64_t nv = std::min(rvb, rv - v0);
-      loop(cI(0), bk, cI(jb), [&](Value jj0) {
+    // Sᵀ[j][r] = sum_d K[j0+j][d] * Qᵀ[d][r] for the keys [k0, k1) and the
+    // row vectors [v0, v0 + nv) (nv <= 4): blocks of jb keys x nv vectors.
+    auto qkBlocks = [&](int64_t v0, int64_t nv, int64_t jb, Value k0,
+                        Value k1) {
+      Value last = sub(k1, cI(1));
+      loop(k0, k1, cI(jb), [&](Value jj0) {
         SmallVector<Value> keys;
         for (int64_t x = 0; x < jb; ++x)
           keys.push_back(add(j0, minI(add(jj0, cI(x)), last)));
@@ -135,23 +136,49 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
           if (d % 2)
             res = step(cI(d / 2), res, true);
         }
-        // jb need not divide the tile (G = 3: 5 keys): past the last key
+        // jb need not divide the range (G = 3: 5 keys): past its last key
         // the block recomputed the last key's scores, so store them there
-        // again rather than past the tile buffer.
+        // again rather than past the range.
         for (int64_t x = 0; x < jb; ++x)
           for (int64_t y = 0; y < nv; ++y)
             storeV(res[x * nv + y], scores_,
                    {minI(add(jj0, cI(x)), last), cI((v0 + y) * kLanes)});
       });
+    };
+    // keyEnd[v]: the keys of the tile vector v computes (its scores past
+    // them stay unset: the mask gives those keys -inf, and neither the
+    // softmax nor P·V reads them).
+    SmallVector<Value> keyEnd;
+    if (vectorHi.empty()) {
+      const int64_t rvb = std::min<int64_t>(rv, 4);
+      for (int64_t v0 = 0; v0 < rv; v0 += rvb)
+        qkBlocks(v0, std::min(rvb, rv - v0), kLanes / rvb, cI(0), bk);
+    } else {
+      // The diagonal of a causal tile: keys [keyEnd[s-1], keyEnd[s]) are
+      // seen by vectors s.. only (keyEnd non-decreasing: clamped to the
+      // tile, each at least the one before). A run of 16 / nv keys per
+      // block keeps 16 accumulators.
+      Value k0 = cI(0);
+      for (int64_t v = 0; v < rv; ++v) {
+        Value end = minI(
+            bk, arith::MaxSIOp::create(b_, loc_, sub(vectorHi[v], j0), k0));
+        keyEnd.push_back(end);
+        for (int64_t v0 = v; v0 < rv; v0 += 4) {
+          const int64_t nv = std::min<int64_t>(4, rv - v0);
+          qkBlocks(v0, nv, kLanes / nv, k0, end);
+        }
+        k0 = end;
+      }
     }
-    // Modifier + online softmax, one vector of 16 rows at a time.
-    loop(cI(0), cI(rv), cI(1), [&](Value vi) {
+    // Modifier + online softmax, one vector of 16 rows at a time, over its
+    // keys [0, kEnd).
+    auto softmax = [&](Value vi, Value kEnd) {
       Value col = mul(vi, cI(kLanes));
       Value g = arith::DivUIOp::create(b_, loc_, col, cI(f_.bq));
       Value ibase = arith::RemUIOp::create(b_, loc_, col, cI(f_.bq));
       Value iv = iota(ibase, kLanes);
       Value mt = loop(
-          cI(0), bk, cI(1), ValueRange{splatF(negInf, kLanes)},
+          cI(0), kEnd, cI(1), ValueRange{splatF(negInf, kLanes)},
           [&](Value j, ValueRange a) {
             Value s = loadV(scores_, {j, col}, kLanes);
             // i8 K: the integer dot products times the key's
@@ -180,7 +207,7 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
           arith::SelectOp::create(b_, loc_, isNinf, splatF(0.0f, kLanes), mn);
       Value alpha = exp2(fsub(mOld, ms));
       Value sum =
-          loop(cI(0), bk, cI(1), ValueRange{splatF(0.0f, kLanes)},
+          loop(cI(0), kEnd, cI(1), ValueRange{splatF(0.0f, kLanes)},
                [&](Value j, ValueRange a) {
                  Value p = exp2(fsub(loadV(scores_, {j, col}, kLanes), ms));
                  // l sums P itself; P.V weighs the integer V row by
@@ -195,20 +222,29 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi) {
       storeV(fma(lOld, alpha, sum), lrow_, {col});
       storeV(mn, mrow_, {col});
       storeV(alpha, alpha_, {col});
-    });
+      // Transposed V's P·V reads P of every key of the tile.
+      if (accTransposed_ && !keyEnd.empty())
+        loop(kEnd, bk, cI(1), [&](Value j) {
+          storeV(splatF(0.0f, kLanes), scores_, {j, col});
+        });
+    };
+    if (keyEnd.empty())
+      loop(cI(0), cI(rv), cI(1), [&](Value vi) { softmax(vi, bk); });
+    else
+      for (int64_t v = 0; v < rv; ++v)
+        softmax(cI(v), keyEnd[v]);
     // P·V.
+    auto pAt = [&](Value j, Value r) { return loadS(scores_, {j, r}); };
     if (accTransposed_) {
       pvTransposedPrefill(j0, bk);
-    } else {
+    } else if (keyEnd.empty()) {
       // R = 16 G: whole blocks of 4 rows.
-      loop(cI(0), cI(rows_), cI(4), [&](Value r0) {
-        pvRows(
-            j0, bk,
-            [&](Value j, Value r) {
-              return loadS(scores_, {j, r});
-            },
-            r0, 4);
-      });
+      loop(cI(0), cI(rows_), cI(4),
+           [&](Value r0) { pvRows(j0, bk, pAt, r0, 4); });
+    } else {
+      for (int64_t v = 0; v < rv; ++v)
+        loop(cI(v * kLanes), cI((v + 1) * kLanes), cI(4),
+             [&](Value r0) { pvRows(j0, keyEnd[v], pAt, r0, 4); });
     }
   });
   epilogue(i0, bq);

@@ -87,6 +87,15 @@ func.func @kv_loop_alone(%n: index) {
 
 // -----
 
+func.func @last_row_outside_a_query_loop(%i: index) -> index {
+  %c1 = arith.constant 1 : index
+  // expected-error @+1 {{'attnkit.flash_role' last_row must be on an op of one index result in a query_loop}}
+  %r = arith.subi %i, %c1 {attnkit.flash_role = #attnkit.flash_role<last_row>} : index
+  return %r : index
+}
+
+// -----
+
 func.func @unknown_attribute(%x: f32) -> f32 {
   // expected-error @+1 {{unknown attnkit attribute 'attnkit.flash.qk'}}
   %y = arith.addf %x, %x {attnkit.flash.qk} : f32

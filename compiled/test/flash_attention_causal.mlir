@@ -13,8 +13,9 @@
 // Query tiles...
 // CHECK:       scf.for %[[I0:.*]] = %{{.*}} to %{{.*}} step %c16{{[_0-9]*}} iter_args(
 // ...whose causal key range ends at min(N, p0 + last row + 1): the fully
-// masked KV tiles are never visited.
-// CHECK:       %[[LAST:.*]] = arith.subi %{{[0-9]+}}, %c1{{[_0-9]*}} : index
+// masked KV tiles are never visited. The last row is marked for the
+// vectorizer (which evaluates the bound per vector of rows).
+// CHECK:       %[[LAST:.*]] = arith.subi %{{[0-9]+}}, %c1{{[_0-9]*}} {attnkit.flash_role = #attnkit.flash_role<last_row>} : index
 // CHECK:       %[[LIM:.*]] = arith.addi %[[LAST]], %arg7 : index
 // CHECK:       %[[END:.*]] = arith.addi %[[LIM]], %{{.*}} : index
 // CHECK:       %[[HI0:.*]] = arith.minsi %{{.*}}, %[[END]] : index

@@ -14,6 +14,27 @@
 // PREFILL-NOT:   linalg.generic
 // PREFILL-NOT:   attnkit.flash
 //
+// Causal MHA prefill (query tile 64, 4 vectors of consecutive queries): the
+// key range of each vector of rows is its own (the flash form's last_row
+// bound evaluated per vector), so on the diagonal tile QK^T runs keys seen
+// by all four vectors in blocks of 4 keys, then those seen by the last three
+// (5 keys), two (8) and one (16); no role is left on the copies.
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 1 --kv-heads 1 --q-len 200 --mask causal \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=64" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=DIAG
+// DIAG-LABEL: func.func @attention
+// DIAG-NOT:   last_row
+// DIAG:       scf.for %{{.*}} = %{{.*}} to %[[E0:[0-9]+]] step %c4
+// DIAG:       scf.for %{{.*}} = %[[E0]] to %[[E1:[0-9]+]] step %c5
+// DIAG:       scf.for %{{.*}} = %[[E1]] to %[[E2:[0-9]+]] step %c8
+// DIAG:       scf.for %{{.*}} = %[[E2]] to %{{[0-9]+}} step %c16
+// DIAG-NOT:   last_row
+// Without a mask every vector sees the tile: one run of 4-key blocks.
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 1 --kv-heads 1 --q-len 200 \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=64" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=NODIAG
+// NODIAG-LABEL: func.func @attention
+// NODIAG:       scf.for %{{.*}} step %c4
+// NODIAG-NOT:   step %c5
+//
 // Decode (query tile 1): K rows streamed, one reduction per key.
 // RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 1 --q-len 1 --kv-len 100 \
 // RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=DECODE
