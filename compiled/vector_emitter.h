@@ -279,8 +279,9 @@ private:
   Value transposeReduce(SmallVector<Value> acc);
   void qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb);
   void epilogue(Value i0, Value bq);
-  /// `vectorHi`: empty, or the key bound of each vector of 16 rows (a
-  /// non-decreasing sequence up to hi: see emit()).
+  /// `vectorHi`: empty, or the key bound of each vector of 16 rows (see
+  /// emit(); emitPrefill clamps them to the tile, each at least the one
+  /// before, so a vector computes every key the vectors before it do).
   void emitPrefill(Value i0, Value bq, Value lo, Value hi,
                    ArrayRef<Value> vectorHi);
   void emitDecode(Value i0, Value bq, Value lo, Value hi);

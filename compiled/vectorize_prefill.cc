@@ -146,8 +146,8 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi,
       });
     };
     // keyEnd[v]: the keys of the tile vector v computes (its scores past
-    // them stay unset: the mask gives those keys -inf, and neither the
-    // softmax nor P·V reads them).
+    // them stay unset: the mask gives those keys -inf; the softmax stops
+    // there, and so does P·V, or for transposed V it reads them zeroed).
     SmallVector<Value> keyEnd;
     if (vectorHi.empty()) {
       const int64_t rvb = std::min<int64_t>(rv, 4);
