@@ -52,17 +52,13 @@ void Emitter::pvTransposedDecode(Value j0, Value bk) {
         return out;
       };
       // Over the tile's keys 16 at a time. With 8 or more Vᵀ rows per block
-      // (G <= 2) a loop kept rolled, bk rounded up to whole vectors (P is 0
-      // past bk): unrolled over the 64 keys, LLVM hoisted the tile's Vᵀ
-      // loads ahead of the FMAs and spilled accumulators. With 4 (G >= 4)
-      // the unrolled steps stay in registers and measured faster (kv 16k
-      // Hkv 8 f32: the rolled loop 1.06-1.12x the time, 2 threads).
+      // (G <= 2) a loop kept rolled: unrolled over the 64 keys, LLVM hoisted
+      // the tile's Vᵀ loads ahead of the FMAs and spilled accumulators. With
+      // 4 (G >= 4) the unrolled steps stay in registers and measured faster
+      // (kv 16k Hkv 8 f32: the rolled loop 1.06-1.12x the time, 2 threads).
       SmallVector<Value> acc(kLanes, splatF(0.0f, kLanes));
       if (kb > 4) {
-        Value bkv = mul(arith::DivUIOp::create(
-                            b_, loc_, add(bk, cI(kLanes - 1)), cI(kLanes)),
-                        cI(kLanes));
-        acc = loop(cI(0), bkv, cI(kLanes), acc, step, /*rolled=*/true);
+        acc = loop(cI(0), cI(f_.bk), cI(kLanes), acc, step, /*rolled=*/true);
       } else {
         for (int64_t jc = 0; jc < f_.bk; jc += kLanes)
           acc = step(cI(jc), acc);
