@@ -117,6 +117,11 @@ static cl::opt<bool>
     bf16DotOpt("bf16-dot",
                cl::desc("QK^T on AVX512_BF16's vdpbf16ps (bf16 Q and K/V)"),
                cl::init(false));
+// A band of KV heads per call (KernelSpec::headed; the backend's BSHD decode).
+static cl::opt<bool>
+    headedOpt("headed",
+              cl::desc("the kernel takes a band of KV heads (leading dim)"),
+              cl::init(false));
 static cl::opt<std::string> outputFile("o", cl::desc("output file"),
                                        cl::init("-"));
 static cl::opt<bool> printKey("print-key",
@@ -228,6 +233,7 @@ static int run(int argc, char **argv) {
                        ? queryTile
                        : queryTileFor(qLen, spec.group);
   spec.bf16Dot = bf16DotOpt;
+  spec.headed = headedOpt;
   if (spec.bf16Dot && !spec.bf16DotApplies())
     return fail("--bf16-dot: needs --dtype bf16 with bf16 K/V (got --dtype=" +
                 dtypeOpt + (kvDtypeOpt.empty() ? "" : " --kv-dtype=") +

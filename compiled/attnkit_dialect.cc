@@ -1,6 +1,7 @@
 #include "compiled/attnkit_dialect.h"
 
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
@@ -117,6 +118,51 @@ void setFlashRole(Operation *op, FlashRole role) {
 bool hasFlashRole(Operation *op, FlashRole role) {
   auto attr = op->getAttrOfType<FlashRoleAttr>(kFlashRoleAttrName);
   return attr && attr.getValue() == role;
+}
+
+Value headSlice(OpBuilder &b, Location loc, Value mem, Value head) {
+  auto type = cast<MemRefType>(mem.getType());
+  const int64_t rank = type.getRank();
+  SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0)),
+      sizes{b.getIndexAttr(1)}, strides(rank, b.getIndexAttr(1));
+  offsets[0] = head;
+  for (int64_t i = 1; i < rank; ++i)
+    sizes.push_back(memref::getMixedSize(b, loc, mem, i));
+  SmallVector<int64_t> shape(type.getShape().drop_front());
+  auto result = memref::SubViewOp::inferRankReducedResultType(
+      shape, type, offsets, sizes, strides);
+  return memref::SubViewOp::create(b, loc, result, mem, offsets, sizes,
+                                   strides);
+}
+
+Value headSliceSource(Value v, Operation *loop, Value head) {
+  auto sv = v ? v.getDefiningOp<memref::SubViewOp>() : nullptr;
+  if (!sv)
+    return {};
+  Value src = sv.getSource();
+  if (loop->isAncestor(src.getParentBlock()->getParentOp()))
+    return {};
+  auto offsets = sv.getMixedOffsets();
+  auto sizes = sv.getMixedSizes();
+  if (offsets.empty() || offsets[0] != OpFoldResult(head) ||
+      getConstantIntValue(sizes[0]) != 1 || !sv.hasUnitStride() ||
+      sv.getType().getRank() + 1 != sv.getSourceType().getRank())
+    return {};
+  for (size_t i = 1; i < offsets.size(); ++i)
+    if (getConstantIntValue(offsets[i]) != 0)
+      return {};
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    // Full extents: static, or the dim of the source.
+    if (auto c = getConstantIntValue(sizes[i])) {
+      if (*c != sv.getSourceType().getDimSize(i))
+        return {};
+      continue;
+    }
+    auto dim = cast<Value>(sizes[i]).getDefiningOp<memref::DimOp>();
+    if (!dim || dim.getSource() != src || dim.getConstantIndex() != int64_t(i))
+      return {};
+  }
+  return src;
 }
 
 LogicalResult AttentionOp::verify() {

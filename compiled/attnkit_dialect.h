@@ -36,6 +36,17 @@ void setFlashRole(mlir::Operation *op, FlashRole role);
 /// Whether `op` carries `role`.
 bool hasFlashRole(mlir::Operation *op, FlashRole role);
 
+/// Head `head` of `mem`, a memref whose leading dimension walks KV heads (a
+/// headed kernel's argument, KernelSpec::headed): the rank-reduced subview
+/// [head, 0.., full extents..]. The one form the headed kernel builds and
+/// the vectorizer recognizes (isHeadSlice).
+mlir::Value headSlice(mlir::OpBuilder &b, mlir::Location loc, mlir::Value mem,
+                      mlir::Value head);
+/// Whether `v` is headSlice(source, head) of a `source` defined outside
+/// `loop` and its induction variable as the head. Then the source.
+mlir::Value headSliceSource(mlir::Value v, mlir::Operation *loop,
+                            mlir::Value head);
+
 } // namespace attnkit::compiled
 
 #endif // ATTNKIT_COMPILED_ATTNKIT_DIALECT_H_

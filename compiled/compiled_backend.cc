@@ -24,6 +24,13 @@ KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
     maxQ = std::max(maxQ, q);
   s.queryTile = queryTileFor(maxQ, s.group);
   s.bf16Dot = bf16Dot && s.bf16DotApplies() && CpuHasAvx512Bf16();
+  // A BSHD cache stores the rows of all kv heads at one position side by
+  // side; a decode kernel per head reads its slice of every position row
+  // over the whole sequence (512 B of every 4 KiB at Hkv 8, d 128, f32),
+  // which streams poorly. The headed kernel takes all the kv heads and walks
+  // each KV tile 16 keys at a time with the heads inside, reading the rows
+  // whole; the threads then split the keys (PlanKvSplits).
+  s.headed = s.queryTile == 1 && p.layout == KvLayout::kBSHD && p.kv_heads > 1;
   return s;
 }
 
@@ -47,12 +54,14 @@ constexpr int64_t kRowsPerItem = 64;
 constexpr int64_t kMaxGroup = 128;
 
 /// One unit of parallel work: query rows [i0, i0 + rows) of the G query
-/// heads of kv head `kvh` of sequence `b`, over keys [j0, j1).
+/// heads of kv heads [kvh, kvh + heads) of sequence `b`, over keys [j0, j1)
+/// (several heads only for a headed kernel, KernelSpec::headed).
 struct WorkItem {
   int64_t b, kvh, i0, rows, j0, j1;
   int64_t split = -1; // -1: the item writes `out` directly
   int64_t splits = 1;
   int64_t slot = 0; // its partial block; a group's blocks are consecutive
+  int64_t heads = 1;
 };
 
 /// Element offset of [b, h, s, x] (no bounds asserts: extents may be 0).
@@ -62,7 +71,8 @@ int64_t at(const TensorView &t, int64_t b, int64_t h, int64_t s, int64_t x) {
 }
 
 /// Where split item slots keep their partial: o rows r = gi * rows + i of
-/// the G query heads, stride D, as the kernel's out memref writes them.
+/// the item's g query heads (G per kv head times its kv heads), stride D,
+/// as the kernel's out memref writes them.
 PartialLayout partialLayoutFor(int64_t g, int64_t d) {
   return {g * kRowsPerItem, d};
 }
@@ -143,11 +153,13 @@ private:
   struct Call {
     const AttentionProblem &p;
     const AttentionArgs &args;
-    AttentionFn fn;
+    const CompiledKernel &kernel;
     PartialLayout layout;
     float scale;
     int64_t g, d;
     bool vTransposed;
+    /// KV heads per item: > 1 runs the headed kernel (KernelSpec::headed).
+    int64_t heads;
   };
 
   /// The kernel of `spec`: compiled (or loaded) once, then found here.
@@ -155,11 +167,12 @@ private:
   /// Fills items_ and merges_: query blocks of every (sequence, kv head);
   /// decode-like problems with fewer items than threads split the keys
   /// instead. Returns the number of split slots.
-  int64_t planItems(const AttentionProblem &p, int threads);
+  int64_t planItems(const AttentionProblem &p, int threads, int64_t heads);
   /// Grows the per-thread LSE rows and the split partials to fit.
   void reserveWorkspaces(int threads, int64_t slots,
                          const PartialLayout &layout, int64_t g);
   /// The kernel on one item's views: into `out`, or into its partial slot.
+  template <bool Headed>
   void runItem(const Call &c, const WorkItem &w, int thread);
   /// Merges the partials of every split item group into `out`.
   void mergeSplits(const Call &c, int threads);
@@ -208,12 +221,14 @@ CompiledBackend::kernelFor(const KernelSpec &spec) {
   return kernel;
 }
 
-int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads) {
+int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads,
+                                   int64_t heads) {
   items_.clear();
   merges_.clear();
+  const int64_t bands = (p.kv_heads + heads - 1) / heads;
   int64_t blocks = 0;
   for (int64_t b = 0; b < p.batch; ++b)
-    blocks += p.kv_heads * ((p.q_lens[b] + kRowsPerItem - 1) / kRowsPerItem);
+    blocks += bands * ((p.q_lens[b] + kRowsPerItem - 1) / kRowsPerItem);
   const KvSplitPlan plan = PlanKvSplits(blocks, threads, p.max_kv_len());
   int64_t slots = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
@@ -223,18 +238,21 @@ int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads) {
     // query blocks last first: under a causal mask the costliest, so the
     // items left when the threads run out of work are the cheapest.
     const int64_t qblocks = (ql + kRowsPerItem - 1) / kRowsPerItem;
-    for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh)
+    for (int64_t kvh = 0; kvh < p.kv_heads; kvh += heads)
       for (int64_t qb = qblocks - 1; qb >= 0; --qb) {
         const int64_t i0 = qb * kRowsPerItem;
         const int64_t rows = std::min(kRowsPerItem, ql - i0);
+        WorkItem w{b, kvh, i0, rows, 0, kl};
+        w.heads = std::min(heads, p.kv_heads - kvh);
         if (splits == 1) {
-          items_.push_back({b, kvh, i0, rows, 0, kl});
+          items_.push_back(w);
           continue;
         }
         merges_.push_back(static_cast<int64_t>(items_.size()));
         for (int64_t s = 0; s < splits; ++s) {
           const KeyRange keys = plan.Range({0, kl}, s);
-          WorkItem w{b, kvh, i0, rows, keys.begin, keys.end};
+          w.j0 = keys.begin;
+          w.j1 = keys.end;
           w.split = s;
           w.splits = splits;
           w.slot = slots++;
@@ -259,56 +277,101 @@ void CompiledBackend::reserveWorkspaces(int threads, int64_t slots,
     partials_.resize(need);
 }
 
+/// `m` with a leading dimension of `heads` (stride `stride`) for a headed
+/// kernel; `m` itself otherwise.
+template <bool Headed, int N>
+auto withHeads(const MemRefDesc<N> &m, int64_t heads, int64_t stride) {
+  if constexpr (!Headed) {
+    return m;
+  } else {
+    MemRefDesc<N + 1> r;
+    r.allocated = m.allocated;
+    r.aligned = m.aligned;
+    r.offset = m.offset;
+    r.sizes[0] = heads;
+    r.strides[0] = stride;
+    std::copy(m.sizes, m.sizes + N, r.sizes + 1);
+    std::copy(m.strides, m.strides + N, r.strides + 1);
+    return r;
+  }
+}
+
+template <bool Headed>
 void CompiledBackend::runItem(const Call &c, const WorkItem &w, int thread) {
   const AttentionProblem &p = c.p;
   const TensorView &q = c.args.q, &k = c.args.k, &v = c.args.v,
                    &bias = c.args.bias, &out = c.args.out;
-  const int64_t g = c.g, d = c.d;
+  const int64_t g = c.g, d = c.d, nh = w.heads;
   const int64_t h0 = w.kvh * g; // first query head of the group
   const int64_t n = w.j1 - w.j0;
   const int64_t p0 = p.kv_lens[w.b] - p.q_lens[w.b] + w.i0 - w.j0;
-  auto qd = desc<3>(q.data, at(q, w.b, h0, 0, 0) + w.i0 * q.strides[2],
-                    {g, w.rows, d}, {q.strides[1], q.strides[2], 1});
-  auto kd = desc<2>(k.data, at(k, w.b, w.kvh, 0, 0) + w.j0 * k.strides[2],
-                    {n, d}, {k.strides[2], 1});
-  auto vd = c.vTransposed
-                ? desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
-                          {d, n}, {v.strides[3], 1})
-                : desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
-                          {n, d}, {v.strides[2], 1});
-  MemRefDesc<3> bd = desc<3>(out.data, 0, {g, 0, 0}, {0, 0, 1});
+  // Each view as the kernel of one kv head takes it, then (headed) with the
+  // item's kv heads in front.
+  auto lead = [&](const auto &m, int64_t stride) {
+    return withHeads<Headed>(m, nh, stride);
+  };
+  auto qd = lead(desc<3>(q.data, at(q, w.b, h0, 0, 0) + w.i0 * q.strides[2],
+                         {g, w.rows, d}, {q.strides[1], q.strides[2], 1}),
+                 g * q.strides[1]);
+  auto kd = lead(desc<2>(k.data, at(k, w.b, w.kvh, 0, 0) + w.j0 * k.strides[2],
+                         {n, d}, {k.strides[2], 1}),
+                 k.strides[1]);
+  auto vd =
+      lead(c.vTransposed
+               ? desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
+                         {d, n}, {v.strides[3], 1})
+               : desc<2>(v.data, at(v, w.b, w.kvh, 0, 0) + w.j0 * v.strides[2],
+                         {n, d}, {v.strides[2], 1}),
+           v.strides[1]);
+  auto bd = lead(desc<3>(out.data, 0, {g, 0, 0}, {0, 0, 1}), 0);
   // An i8 K/V's scales of keys [j0, j1) (unit stride along the sequence,
   // KvScaleStrides); other kernels never read them.
-  MemRefDesc<1> ksd = desc<1>(out.data, 0, {0}, {1}), vsd = ksd;
+  auto ksd = lead(desc<1>(out.data, 0, {0}, {1}), 0), vsd = ksd;
   if (p.quantized_kv()) {
     const TensorView &ks = c.args.k_scale, &vs = c.args.v_scale;
-    ksd = desc<1>(ks.data, at(ks, w.b, w.kvh, w.j0, 0), {n}, {1});
-    vsd = desc<1>(vs.data, at(vs, w.b, w.kvh, w.j0, 0), {n}, {1});
+    ksd = lead(desc<1>(ks.data, at(ks, w.b, w.kvh, w.j0, 0), {n}, {1}),
+               ks.strides[1]);
+    vsd = lead(desc<1>(vs.data, at(vs, w.b, w.kvh, w.j0, 0), {n}, {1}),
+               vs.strides[1]);
   }
   if (p.mask == MaskKind::kBias) {
     const int64_t hs = bias.shape[1] == 1 ? 0 : bias.strides[1];
     const int64_t hb = bias.shape[1] == 1 ? 0 : h0;
-    bd = desc<3>(bias.data,
-                 at(bias, w.b, hb, 0, 0) + w.i0 * bias.strides[2] +
-                     w.j0 * bias.strides[3],
-                 {g, w.rows, n}, {hs, bias.strides[2], 1});
+    bd = lead(desc<3>(bias.data,
+                      at(bias, w.b, hb, 0, 0) + w.i0 * bias.strides[2] +
+                          w.j0 * bias.strides[3],
+                      {g, w.rows, n}, {hs, bias.strides[2], 1}),
+              g * hs);
   }
+  auto call = [&](auto &od, auto &ld) {
+    if constexpr (Headed)
+      c.kernel.headedFn()(&qd, &kd, &vd, &bd, &ksd, &vsd, &od, &ld, c.scale, p0,
+                          p.window);
+    else
+      c.kernel.fn()(&qd, &kd, &vd, &bd, &ksd, &vsd, &od, &ld, c.scale, p0,
+                    p.window);
+  };
   if (w.split < 0) {
-    auto od = desc<3>(out.data, at(out, w.b, h0, 0, 0) + w.i0 * out.strides[2],
-                      {g, w.rows, d}, {out.strides[1], out.strides[2], 1});
-    auto ld = desc<2>(lse_[thread].data(), 0, {g, w.rows}, {w.rows, 1});
-    c.fn(&qd, &kd, &vd, &bd, &ksd, &vsd, &od, &ld, c.scale, p0, p.window);
+    auto od =
+        lead(desc<3>(out.data, at(out, w.b, h0, 0, 0) + w.i0 * out.strides[2],
+                     {g, w.rows, d}, {out.strides[1], out.strides[2], 1}),
+             g * out.strides[1]);
+    auto ld = lead(desc<2>(lse_[thread].data(), 0, {g, w.rows}, {w.rows, 1}),
+                   g * w.rows);
+    call(od, ld);
     return;
   }
   // The kernel writes the normalized output into the block's o rows and
   // its LSE into the m slots; PartialFromLse turns that into the layout.
   const PartialLayout &layout = c.layout;
   float *block = partials_.data() + w.slot * layout.floats();
-  auto od = desc<3>(block, 0, {g, w.rows, d}, {w.rows * d, d, 1});
-  auto ld =
-      desc<2>(block, layout.rows * layout.stride, {g, w.rows}, {w.rows, 1});
-  c.fn(&qd, &kd, &vd, &bd, &ksd, &vsd, &od, &ld, c.scale, p0, p.window);
-  PartialFromLse(layout, block, g * w.rows);
+  auto od = lead(desc<3>(block, 0, {g, w.rows, d}, {w.rows * d, d, 1}),
+                 g * w.rows * d);
+  auto ld = lead(
+      desc<2>(block, layout.rows * layout.stride, {g, w.rows}, {w.rows, 1}),
+      g * w.rows);
+  call(od, ld);
+  PartialFromLse(layout, block, nh * g * w.rows);
 }
 
 void CompiledBackend::mergeSplits(const Call &c, int threads) {
@@ -317,7 +380,7 @@ void CompiledBackend::mergeSplits(const Call &c, int threads) {
       static_cast<int64_t>(merges_.size()), threads, [&](int64_t m, int) {
         const WorkItem &w = items_[merges_[m]];
         const float *first = partials_.data() + w.slot * c.layout.floats();
-        for (int64_t r = 0; r < c.g * w.rows; ++r) {
+        for (int64_t r = 0; r < w.heads * c.g * w.rows; ++r) {
           const int64_t gi = r / w.rows, i = r % w.rows;
           float *o = static_cast<float *>(out.data) +
                      at(out, w.b, w.kvh * c.g + gi, w.i0 + i, 0);
@@ -330,6 +393,8 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
                                   const AttentionArgs &args) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
   const KernelSpec spec = specFor(p, options_.bf16Dot);
+  // KV heads per work item: all of them for the headed kernel.
+  const int64_t heads = spec.headed ? p.kv_heads : 1;
   StatusOr<const CompiledKernel *> kernel = kernelFor(spec);
   if (!kernel.ok())
     return kernel.status();
@@ -338,17 +403,27 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
                                  "keys, got stride " +
                                  std::to_string(args.bias.strides[3]));
   const int threads = MaxThreads();
-  const int64_t slots = planItems(p, threads);
+  const int64_t slots = planItems(p, threads, heads);
   if (items_.empty())
     return Status::Ok();
   const int64_t g = p.group_size(), d = p.head_dim;
-  const Call call{
-      p, args, kernel.value()->fn(), partialLayoutFor(g, d), p.EffectiveScale(),
-      g, d,    spec.vTransposed};
-  reserveWorkspaces(threads, slots, call.layout, g);
-  ForEachItem(
-      static_cast<int64_t>(items_.size()), threads,
-      [&](int64_t it, int thread) { runItem(call, items_[it], thread); });
+  const Call call{p,
+                  args,
+                  *kernel.value(),
+                  partialLayoutFor(heads * g, d),
+                  p.EffectiveScale(),
+                  g,
+                  d,
+                  spec.vTransposed,
+                  heads};
+  reserveWorkspaces(threads, slots, call.layout, heads * g);
+  ForEachItem(static_cast<int64_t>(items_.size()), threads,
+              [&](int64_t it, int thread) {
+                if (call.heads > 1)
+                  runItem<true>(call, items_[it], thread);
+                else
+                  runItem<false>(call, items_[it], thread);
+              });
   mergeSplits(call, threads);
   return Status::Ok();
 }

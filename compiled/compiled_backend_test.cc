@@ -470,6 +470,50 @@ TEST(CompiledBackendTest, SplitKvDecodeMatchesOracle) {
   }
 }
 
+// The headed decode kernel (BSHD: all kv heads in one call, each KV tile
+// walked 16 keys at a time with the heads inside): 3 and 8 kv heads, GQA
+// groups 1 and 4, every mask x q dtype, f32/bf16 and i8 K/V, head_dim 40
+// (tails) and 128, ragged q_len 1..3 with an empty sequence, and a long
+// sequence whose keys the threads split (partials merged across the band's
+// heads). The other layouts and prefill keep the kernel per kv head.
+TEST(CompiledBackendTest, HeadedBshdDecodeAgainstOracle) {
+  Rng shapes(41);
+  int cases = 0;
+  for (MaskKind mask :
+       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (bool i8 : {false, true}) {
+        AttentionProblem p;
+        p.batch = 3;
+        p.kv_heads = cases % 2 == 0 ? 3 : 8;
+        p.q_heads = p.kv_heads * (cases % 4 < 2 ? 4 : 1);
+        p.head_dim = cases % 3 == 0 ? 40 : 128;
+        p.mask = mask;
+        p.dtype = dtype;
+        if (i8)
+          p.kv_dtype = DType::kI8;
+        p.layout = KvLayout::kBSHD;
+        if (mask == MaskKind::kWindow)
+          p.window = shapes.Range(1, 700);
+        p.kv_lens = {shapes.Range(1100, 1400), shapes.Range(1, 150), 0};
+        p.q_lens = {shapes.Range(1, 3), 1, 0};
+        const KernelSpec spec = specFor(p);
+        ASSERT_TRUE(spec.headed) << p.ToString();
+        ASSERT_EQ(spec.queryTile, 1);
+        SCOPED_TRACE(p.ToString());
+        ExpectMatchesOracle(*MakeCompiledBackend(), p, 500 + cases);
+        ++cases;
+        for (KvLayout other : {KvLayout::kBHSD, KvLayout::kTransposedV}) {
+          p.layout = other;
+          EXPECT_FALSE(specFor(p).headed) << p.ToString();
+        }
+        p.layout = KvLayout::kBSHD;
+        p.q_lens = {20, 1, 0};
+        EXPECT_FALSE(specFor(p).headed) << p.ToString();
+      }
+  EXPECT_EQ(cases, 16);
+}
+
 // A KV-cache prefix: extents (capacity) larger than the lengths, strides of
 // the capacity; the kernel reads only [0, kv_len).
 TEST(CompiledBackendTest, CachePrefixWithCapacityStrides) {

@@ -97,7 +97,8 @@ public:
   OwningOpRef<ModuleOp> build();
 
 private:
-  /// The kernel function's arguments (q, k, v, bias as tensors).
+  /// The kernel function's arguments (q, k, v, bias and the scales as
+  /// tensors; for a headed spec the memrefs, sliced per head later).
   struct Kernel {
     Value q, k, v, bias, kScale, vScale, outM, lseM, scale, p0, window;
   };
@@ -113,19 +114,47 @@ OwningOpRef<ModuleOp> AttentionBuilder::build() {
   OwningOpRef<ModuleOp> module = ModuleOp::create(b_);
   const Kernel kn = declareKernel(*module);
   const int64_t g = spec_.group, d = spec_.headDim;
+  // A headed kernel: the attention of one head inside a loop over the band
+  // (the vectorizer runs it head by head inside each KV tile instead).
+  Kernel one = kn;
+  if (spec_.headed) {
+    Value zero = arith::ConstantIndexOp::create(b_, 0);
+    Value heads = memref::DimOp::create(b_, kn.outM, 0);
+    auto loop = scf::ForOp::create(b_, zero, heads,
+                                   arith::ConstantIndexOp::create(b_, 1));
+    setFlashRole(loop, FlashRole::HeadLoop);
+    b_.setInsertionPoint(loop.getBody()->getTerminator());
+    Value h = loop.getInductionVar();
+    auto slice = [&](Value m) {
+      return m ? headSlice(b_, b_.getLoc(), m, h) : Value();
+    };
+    auto sliceTensor = [&](Value m) {
+      return m ? toTensor(slice(m)) : Value();
+    };
+    one.q = sliceTensor(kn.q);
+    one.k = sliceTensor(kn.k);
+    one.v = sliceTensor(kn.v);
+    one.bias = sliceTensor(kn.bias);
+    one.kScale = sliceTensor(kn.kScale);
+    one.vScale = sliceTensor(kn.vScale);
+    one.outM = slice(kn.outM);
+    one.lseM = slice(kn.lseM);
+  }
   auto outTy = RankedTensorType::get({g, kDyn, d}, b_.getF32Type());
   auto lseTy = RankedTensorType::get({g, kDyn}, b_.getF32Type());
-  auto attn = AttentionOp::create(b_, TypeRange{outTy, lseTy}, kn.q, kn.k, kn.v,
-                                  kn.scale, kn.bias, kn.kScale, kn.vScale,
-                                  /*v_transposed=*/spec_.vTransposed);
+  auto attn =
+      AttentionOp::create(b_, TypeRange{outTy, lseTy}, one.q, one.k, one.v,
+                          kn.scale, one.bias, one.kScale, one.vScale,
+                          /*v_transposed=*/spec_.vTransposed);
   emitModifier(b_, attn, spec_.mask, kn.p0, kn.window);
   b_.setInsertionPointAfter(attn);
   bufferization::MaterializeInDestinationOp::create(
-      b_, TypeRange{}, attn.getOutput(), kn.outM, /*restrict=*/true,
+      b_, TypeRange{}, attn.getOutput(), one.outM, /*restrict=*/true,
       /*writable=*/true);
   bufferization::MaterializeInDestinationOp::create(
-      b_, TypeRange{}, attn.getLse(), kn.lseM, /*restrict=*/true,
+      b_, TypeRange{}, attn.getLse(), one.lseM, /*restrict=*/true,
       /*writable=*/true);
+  b_.setInsertionPointToEnd(&module->getBody()->back().getRegion(0).front());
   func::ReturnOp::create(b_);
   return module;
 }
@@ -137,14 +166,22 @@ AttentionBuilder::Kernel AttentionBuilder::declareKernel(ModuleOp module) {
   Type elem = spec_.elem == DType::kF32 ? f32 : b_.getBF16Type();
   Type kvElem = spec_.quantizedKv() ? Type(b_.getI8Type()) : elem;
   Type index = b_.getIndexType();
-  MemRefType qTy = stridedMemRef({g, kDyn, d}, elem);
-  MemRefType kTy = stridedMemRef({kDyn, d}, kvElem);
-  MemRefType vTy = spec_.vTransposed ? stridedMemRef({d, kDyn}, kvElem)
-                                     : stridedMemRef({kDyn, d}, kvElem);
-  MemRefType biasTy = stridedMemRef({g, kDyn, kDyn}, f32);
-  MemRefType scaleTy = stridedMemRef({kDyn}, f32);
-  MemRefType outTy = stridedMemRef({g, kDyn, d}, f32);
-  MemRefType lseTy = stridedMemRef({g, kDyn}, f32);
+  // A headed kernel's memrefs have a leading dimension of KV heads.
+  auto shaped = [&](ArrayRef<int64_t> shape, Type t) {
+    SmallVector<int64_t> full;
+    if (spec_.headed)
+      full.push_back(kDyn);
+    full.append(shape.begin(), shape.end());
+    return stridedMemRef(full, t);
+  };
+  MemRefType qTy = shaped({g, kDyn, d}, elem);
+  MemRefType kTy = shaped({kDyn, d}, kvElem);
+  MemRefType vTy =
+      spec_.vTransposed ? shaped({d, kDyn}, kvElem) : shaped({kDyn, d}, kvElem);
+  MemRefType biasTy = shaped({g, kDyn, kDyn}, f32);
+  MemRefType scaleTy = shaped({kDyn}, f32);
+  MemRefType outTy = shaped({g, kDyn, d}, f32);
+  MemRefType lseTy = shaped({g, kDyn}, f32);
   auto fnTy = b_.getFunctionType({qTy, kTy, vTy, biasTy, scaleTy, scaleTy,
                                   outTy, lseTy, f32, index, index},
                                  {});
@@ -158,14 +195,17 @@ AttentionBuilder::Kernel AttentionBuilder::declareKernel(ModuleOp module) {
   kn.scale = entry->getArgument(8);
   kn.p0 = entry->getArgument(9);
   kn.window = entry->getArgument(10);
-  kn.q = toTensor(entry->getArgument(0));
-  kn.k = toTensor(entry->getArgument(1));
-  kn.v = toTensor(entry->getArgument(2));
+  // Headed: the memrefs themselves (sliced per head in the loop), else
+  // tensor views of them.
+  auto view = [&](Value m) { return spec_.headed ? m : toTensor(m); };
+  kn.q = view(entry->getArgument(0));
+  kn.k = view(entry->getArgument(1));
+  kn.v = view(entry->getArgument(2));
   if (spec_.mask == MaskKind::kBias)
-    kn.bias = toTensor(entry->getArgument(3));
+    kn.bias = view(entry->getArgument(3));
   if (spec_.quantizedKv()) {
-    kn.kScale = toTensor(entry->getArgument(4));
-    kn.vScale = toTensor(entry->getArgument(5));
+    kn.kScale = view(entry->getArgument(4));
+    kn.vScale = view(entry->getArgument(5));
   }
   return kn;
 }
@@ -173,10 +213,10 @@ AttentionBuilder::Kernel AttentionBuilder::declareKernel(ModuleOp module) {
 } // namespace
 
 OwningOpRef<ModuleOp> buildAttention(MLIRContext &ctx, const KernelSpec &spec) {
-  ctx.loadDialect<AttnkitDialect, arith::ArithDialect,
-                  bufferization::BufferizationDialect, func::FuncDialect,
-                  linalg::LinalgDialect, math::MathDialect,
-                  memref::MemRefDialect, tensor::TensorDialect>();
+  ctx.loadDialect<
+      AttnkitDialect, arith::ArithDialect, bufferization::BufferizationDialect,
+      func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
+      memref::MemRefDialect, scf::SCFDialect, tensor::TensorDialect>();
   return AttentionBuilder(ctx, spec).build();
 }
 

@@ -42,6 +42,11 @@ void registerCompiledDialects(mlir::DialectRegistry &registry);
 /// p - window < j <= p (the op's modifier region). A row whose keys are all
 /// masked yields zeros and LSE = -inf. attnkit-decompose-attention turns it
 /// into the naive Linalg chain, attnkit-flash-attention into the flash form.
+/// A headed spec (KernelSpec::headed) covers a band of H adjacent KV heads:
+/// every memref gains a leading dimension of H (run-time; q, bias, out
+/// H x G x ..., k, v H x ..., the scales H x ?, lse H x G x ?) and the body
+/// is an scf.for over the heads (flash role head_loop) around the attention
+/// of one head on its headSlice views.
 mlir::OwningOpRef<mlir::ModuleOp> buildAttention(mlir::MLIRContext &ctx,
                                                  const KernelSpec &spec);
 

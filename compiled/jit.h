@@ -38,6 +38,15 @@ using AttentionFn = void (*)(MemRefDesc<3> *q, MemRefDesc<2> *k,
                              MemRefDesc<3> *out, MemRefDesc<2> *lse,
                              float scale, int64_t p0, int64_t window);
 
+/// `_mlir_ciface_attention` of a headed spec (KernelSpec::headed): the same
+/// arguments with a leading dimension of H adjacent KV heads (q, bias, out
+/// [H, G, ...], k, v [H, ...], the scales and lse one rank up too).
+using HeadedAttentionFn = void (*)(MemRefDesc<4> *q, MemRefDesc<3> *k,
+                                   MemRefDesc<3> *v, MemRefDesc<4> *bias,
+                                   MemRefDesc<2> *kScale, MemRefDesc<2> *vScale,
+                                   MemRefDesc<4> *out, MemRefDesc<3> *lse,
+                                   float scale, int64_t p0, int64_t window);
+
 /// `_mlir_ciface_kv_append`, see buildKvAppend: copies new tokens [0, n) of
 /// (b, h) to positions [pos, pos + n) of the cache.
 using AppendFn = void (*)(MemRefDesc<4> *cache, MemRefDesc<4> *tokens,
@@ -84,6 +93,10 @@ public:
   ~CompiledKernel();
   /// The attention entry point (kernels from `compile`).
   AttentionFn fn() const { return reinterpret_cast<AttentionFn>(entry_); }
+  /// The entry point of a headed attention kernel (KernelSpec::headed).
+  HeadedAttentionFn headedFn() const {
+    return reinterpret_cast<HeadedAttentionFn>(entry_);
+  }
   /// The KV-append entry point (kernels from `compileAppend`).
   AppendFn appendFn() const { return reinterpret_cast<AppendFn>(entry_); }
   /// The attention-block entry point (kernels from `compileBlock`).

@@ -75,6 +75,12 @@ struct KernelSpec {
   /// have it. specFor sets it when the CPU running it does; a spec asking for
   /// it elsewhere is refused (CompiledKernel::compile), never executed.
   bool bf16Dot = false;
+  /// The kernel takes a band of adjacent KV heads (their number a run-time
+  /// value, the memrefs' new leading dimension; see buildAttention) instead
+  /// of one. The decode kernel then walks each KV tile head by head, so a
+  /// BSHD cache's position rows are read whole, not a head's slice of every
+  /// row over the whole sequence (vectorize_flash_pass.cc).
+  bool headed = false;
 
   std::string key() const {
     // Appends rather than operator+ chains: GCC 12 -Wrestrict false positive.
@@ -96,6 +102,8 @@ struct KernelSpec {
     }
     if (bf16Dot)
       k += "_bf16dot";
+    if (headed)
+      k += "_heads";
     return k;
   }
   /// K/V's storage dtype.

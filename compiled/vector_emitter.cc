@@ -124,11 +124,12 @@ void Emitter::initTile(Value) {
 }
 
 /// acc[r0 .. r0+rows)[:] = acc * alpha[r] + sum_{j < bk} pAt(j, r) * V[j0+j][:]
-/// (V rows contiguous). Register blocks of `rows` x up to 16/rows vectors;
+/// (V rows contiguous); without `rescale` the acc rows are not multiplied
+/// (rescaleAcc did it). Register blocks of `rows` x up to 16/rows vectors;
 /// r0 is a run-time row (the caller loops over row blocks).
 void Emitter::pvRows(Value j0, Value bk,
                      function_ref<Value(Value j, Value r)> pAt, Value r0,
-                     int64_t rows) {
+                     int64_t rows, bool rescale) {
   auto all = chunks(f_.d);
   const int64_t perBlock = std::max<int64_t>(1, kLanes / rows);
   SmallVector<Value> rowIdx;
@@ -140,10 +141,11 @@ void Emitter::pvRows(Value j0, Value bk,
         all.begin() + std::min(all.size(), c0 + static_cast<size_t>(perBlock)));
     SmallVector<Value> inits;
     for (int64_t r = 0; r < rows; ++r) {
-      Value alpha = loadS(alpha_, {rowIdx[r]});
-      for (auto [o, w] : cs)
-        inits.push_back(
-            fmul(loadV(acc_, {rowIdx[r], cI(o)}, w), splat(alpha, w)));
+      Value alpha = rescale ? loadS(alpha_, {rowIdx[r]}) : Value();
+      for (auto [o, w] : cs) {
+        Value a = loadV(acc_, {rowIdx[r], cI(o)}, w);
+        inits.push_back(rescale ? fmul(a, splat(alpha, w)) : a);
+      }
     }
     SmallVector<Value> res =
         loop(cI(0), bk, cI(1), inits, [&](Value j, ValueRange a) {
@@ -166,6 +168,16 @@ void Emitter::pvRows(Value j0, Value bk,
       for (size_t c = 0; c < cs.size(); ++c)
         storeV(res[r * cs.size() + c], acc_, {rowIdx[r], cI(cs[c].first)});
   }
+}
+
+/// acc[r][:] *= alpha[r] for every row (acc not transposed).
+void Emitter::rescaleAcc() {
+  loop(cI(0), cI(rows_), cI(1), [&](Value r) {
+    Value alpha = loadS(alpha_, {r});
+    for (auto [o, w] : chunks(f_.d))
+      storeV(fmul(loadV(acc_, {r, cI(o)}, w), splat(alpha, w)), acc_,
+             {r, cI(o)});
+  });
 }
 
 /// out = acc / l (0 for an empty row), lse = (m + log2 l) ln 2 (-inf when
@@ -203,6 +215,40 @@ void Emitter::epilogue(Value i0, Value bq) {
   });
 }
 
+void Emitter::forEachHead(function_ref<void()> body) {
+  if (!f_.heads)
+    return body();
+  FlashLoop one = f_;
+  SmallVector<Value> state{acc_, mrow_, lrow_, alpha_, qpack_, scores_};
+  loop(cI(0), f_.heads.getUpperBound(), cI(1), [&](Value h) {
+    auto slice = [&](Value all) {
+      return all ? headSlice(b_, loc_, all, h) : Value();
+    };
+    f_.q = slice(one.all.q);
+    f_.k = slice(one.all.k);
+    f_.v = slice(one.all.v);
+    f_.bias = slice(one.all.bias);
+    f_.kScale = slice(one.all.kScale);
+    f_.vScale = slice(one.all.vScale);
+    f_.out = slice(one.all.out);
+    f_.lse = slice(one.all.lse);
+    acc_ = slice(state[0]);
+    mrow_ = slice(state[1]);
+    lrow_ = slice(state[2]);
+    alpha_ = slice(state[3]);
+    qpack_ = slice(state[4]);
+    scores_ = slice(state[5]);
+    body();
+  });
+  f_ = one;
+  acc_ = state[0];
+  mrow_ = state[1];
+  lrow_ = state[2];
+  alpha_ = state[3];
+  qpack_ = state[4];
+  scores_ = state[5];
+}
+
 void Emitter::emit() {
   scf::ForOp outer = f_.outer;
   rows_ = f_.g * f_.bq;
@@ -219,19 +265,22 @@ void Emitter::emit() {
   } else {
     const int64_t w = qkLanes();
     qpack_ = tileBuffer({rows_, (f_.d + w - 1) / w * w},
-                        dot_ ? b_.getBF16Type() : f32_);
-    scores_ = tileBuffer({rows_, f_.bk});
+                        dot_ ? b_.getBF16Type() : f32_, /*perHead=*/true);
+    // Per head in a headed kernel: its heads' QK^T run 16 keys at a time
+    // before any head's softmax (emitDecode).
+    scores_ = tileBuffer({rows_, f_.bk}, {}, /*perHead=*/true);
   }
   // Decode rows padded to whole vectors: the transposed-V P.V stores blocks
   // of up to 16 dims (pvTransposedDecode).
-  acc_ = accTransposed_
-             ? tileBuffer({f_.d, rows_})
-             : tileBuffer({rows_, prefill
-                                      ? f_.d
-                                      : (f_.d + kLanes - 1) / kLanes * kLanes});
-  mrow_ = tileBuffer({rows_});
-  lrow_ = tileBuffer({rows_});
-  alpha_ = tileBuffer({rows_});
+  acc_ =
+      accTransposed_
+          ? tileBuffer({f_.d, rows_})
+          : tileBuffer(
+                {rows_, prefill ? f_.d : (f_.d + kLanes - 1) / kLanes * kLanes},
+                {}, /*perHead=*/true);
+  mrow_ = tileBuffer({rows_}, {}, /*perHead=*/true);
+  lrow_ = tileBuffer({rows_}, {}, /*perHead=*/true);
+  alpha_ = tileBuffer({rows_}, {}, /*perHead=*/true);
 
   b_.setInsertionPoint(outer);
   auto newOuter = scf::ForOp::create(b_, loc_, outer.getLowerBound(),
@@ -282,6 +331,12 @@ void Emitter::emit() {
     emitPrefill(i0, bq, lo, hi, vectorHi);
   else
     emitDecode(i0, bq, lo, hi);
+  // A headed kernel: every head ran inside the code above, so the head loop
+  // around it runs once (the canonicalizer then folds it away).
+  if (f_.heads) {
+    b_.setInsertionPoint(f_.heads);
+    f_.heads.setUpperBound(cI(1));
+  }
 }
 
 } // namespace attnkit::compiled::vectorize

@@ -200,15 +200,32 @@ private:
                                        arith::FastMathFlags::reassoc |
                                            arith::FastMathFlags::contract);
   }
-  Value tileBuffer(ArrayRef<int64_t> shape, Type elem = {}) {
+  /// A stack buffer of `shape` at the function's entry. `perHead` in a
+  /// headed kernel (f_.heads): one per head, [H, shape...] allocated before
+  /// the head loop (H is its trip count), sliced by forEachHead.
+  Value tileBuffer(ArrayRef<int64_t> shape, Type elem = {},
+                   bool perHead = false) {
     OpBuilder::InsertionGuard guard(b_);
+    elem = elem ? elem : f32_;
+    if (perHead && f_.heads) {
+      b_.setInsertionPoint(f_.heads);
+      SmallVector<int64_t> full{ShapedType::kDynamic};
+      full.append(shape.begin(), shape.end());
+      auto op = memref::AllocaOp::create(b_, loc_, MemRefType::get(full, elem),
+                                         ValueRange{f_.heads.getUpperBound()});
+      op.setAlignment(64);
+      return op;
+    }
     auto fn = f_.outer->getParentOfType<func::FuncOp>();
     b_.setInsertionPointToStart(&fn.getBody().front());
-    auto op = memref::AllocaOp::create(
-        b_, loc_, MemRefType::get(shape, elem ? elem : f32_));
+    auto op = memref::AllocaOp::create(b_, loc_, MemRefType::get(shape, elem));
     op.setAlignment(64);
     return op;
   }
+  /// `body` once; in a headed decode kernel in a loop over the heads, with
+  /// f_'s memrefs and the per-head state (acc_, m, l, alpha, qpack_,
+  /// scores_) bound to head h's slices meanwhile.
+  void forEachHead(function_ref<void()> body);
 
   /// scf.for whose body is produced by `body(iv, iterArgs) -> yielded`.
   /// `rolled`: LLVM must not unroll it (llvm.loop.unroll.disable; the
@@ -273,11 +290,13 @@ private:
   Value unify(Value v, int64_t w);
   void initTile(Value rows);
   void pvRows(Value j0, Value bk, function_ref<Value(Value j, Value r)> pAt,
-              Value r0, int64_t rows);
+              Value r0, int64_t rows, bool rescale = true);
+  void rescaleAcc();
   void pvTransposedPrefill(Value j0, Value bk);
   void pvTransposedDecode(Value j0, Value bk);
   Value transposeReduce(SmallVector<Value> acc);
-  void qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb);
+  void qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb, Value from,
+                     Value to);
   void epilogue(Value i0, Value bq);
   /// `vectorHi`: empty, or the key bound of each vector of 16 rows (see
   /// emit(); emitPrefill clamps them to the tile, each at least the one

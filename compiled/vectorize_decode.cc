@@ -116,18 +116,19 @@ Value Emitter::transposeReduce(SmallVector<Value> acc) {
   return vector::ShuffleOp::create(b_, loc_, acc[0], acc[0], perm);
 }
 
-/// Scores of rows [r0, r0 + rb) against every key of the tile, kb = 16 / rb
-/// keys at a time: each K vector is loaded (and widened, for bf16) once for
-/// the rb rows, the 16 (row, key) dot products accumulate in 16 vectors and
-/// one transposeReduce yields all 16 scores. Keys past the tile end repeat
-/// its last key (scores_ rows stay in bounds: kb divides the tile; the
-/// softmax masks j >= bk).
-void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb) {
+/// Scores of rows [r0, r0 + rb) against the tile's keys [from, to), kb =
+/// 16 / rb keys at a time: each K vector is loaded (and widened, for bf16)
+/// once for the rb rows, the 16 (row, key) dot products accumulate in 16
+/// vectors and one transposeReduce yields all 16 scores. Keys past the tile
+/// end repeat its last key (scores_ rows stay in bounds: kb divides the
+/// tile and `from`; the softmax masks j >= bk).
+void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb,
+                            Value from, Value to) {
   // vdpbf16ps: 32 bf16 of the K row and of q per instruction, as stored.
   const int64_t lanes = qkLanes();
   const int64_t kb = kLanes / rb, d = f_.d, full = d / lanes * lanes;
   Value last = sub(bk, cI(1));
-  loop(cI(0), bk, cI(kb), [&](Value jj0) {
+  loop(from, to, cI(kb), [&](Value jj0) {
     SmallVector<Value> keys;
     for (int64_t x = 0; x < kb; ++x)
       keys.push_back(add(j0, minI(add(jj0, cI(x)), last)));
@@ -172,29 +173,26 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
   // needs no tail vectors.
   const int64_t qLanes = qkLanes();
   auto dch = chunks(d, qLanes);
-  loop(cI(0), cI(rows_), cI(1), [&](Value r) {
-    Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
-    Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
-    Value row = add(i0, minI(i, sub(bq, cI(1))));
-    for (auto [o, w] : dch) {
-      Value x = w == qLanes
-                    ? loadRaw(f_.q, {g, row, cI(o)}, w)
-                    : loadMaskedRaw(f_.q, {g, row, cI(o)}, qLanes, cI(w));
-      storeV(dot_ ? x : toF32(x), qpack_, {r, cI(o)});
-    }
+  // A headed kernel (f_.heads): each step below runs for every head in
+  // turn, on that head's slices -- the heads inside each KV tile, so a BSHD
+  // cache's position rows are read whole within the tile.
+  forEachHead([&] {
+    loop(cI(0), cI(rows_), cI(1), [&](Value r) {
+      Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
+      Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
+      Value row = add(i0, minI(i, sub(bq, cI(1))));
+      for (auto [o, w] : dch) {
+        Value x = w == qLanes
+                      ? loadRaw(f_.q, {g, row, cI(o)}, w)
+                      : loadMaskedRaw(f_.q, {g, row, cI(o)}, qLanes, cI(w));
+        storeV(dot_ ? x : toF32(x), qpack_, {r, cI(o)});
+      }
+    });
+    initTile(Value());
   });
-  initTile(Value());
 
-  loop(lo, hi, cI(bkMax), [&](Value j0) {
-    Value bk = minI(cI(bkMax), sub(hi, j0));
-    // S[r][j] = K[j0+j][:] . q[r][:], in blocks of rb rows x 16/rb keys
-    // (16 dot products, reduced together).
-    for (int64_t r0 = 0, rb = 8; r0 < rows_; r0 += rb) {
-      while (rb > rows_ - r0)
-        rb /= 2;
-      qkDecodeBlock(j0, bk, r0, rb);
-    }
-    // Modifier + online softmax along keys, row by row.
+  // Modifier + online softmax along keys, row by row.
+  auto softmax = [&](Value j0, Value bk) {
     loop(cI(0), cI(rows_), cI(1), [&](Value r) {
       Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
       Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
@@ -245,21 +243,60 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
       storeS(mn, mrow_, {r});
       storeS(alpha, alpha_, {r});
     });
-    if (f_.vTransposed) {
-      pvTransposedDecode(j0, bk);
-    } else {
-      prefetchV_ = true;
-      const int64_t rb = std::min<int64_t>(rows_, kLanes);
-      for (int64_t r0 = 0; r0 < rows_; r0 += rb)
-        pvRows(
-            j0, bk,
-            [&](Value j, Value r) {
-              return loadS(scores_, {r, j});
-            },
-            cI(r0), std::min(rb, rows_ - r0));
+  };
+  // S[r][j] = K[j0+j][:] . q[r][:] for keys [from, to) of the tile, in
+  // blocks of rb rows x 16/rb keys (16 dot products, reduced together).
+  auto qk = [&](Value j0, Value bk, Value from, Value to) {
+    for (int64_t r0 = 0, rb = 8; r0 < rows_; r0 += rb) {
+      while (rb > rows_ - r0)
+        rb /= 2;
+      qkDecodeBlock(j0, bk, r0, rb, from, to);
     }
+  };
+  // acc += P V over keys [from, from + n) of the tile (rescaled by alpha
+  // first unless `rescale` is false: done already).
+  auto pv = [&](Value j0, Value from, Value n, bool rescale) {
+    prefetchV_ = true;
+    const int64_t rb = std::min<int64_t>(rows_, kLanes);
+    for (int64_t r0 = 0; r0 < rows_; r0 += rb)
+      pvRows(
+          add(j0, from), n,
+          [&](Value j, Value r) {
+            return loadS(scores_, {r, add(from, j)});
+          },
+          cI(r0), std::min(rb, rows_ - r0), rescale);
+  };
+
+  loop(lo, hi, cI(bkMax), [&](Value j0) {
+    Value bk = minI(cI(bkMax), sub(hi, j0));
+    if (!f_.heads) {
+      qk(j0, bk, cI(0), bk);
+      softmax(j0, bk);
+      if (f_.vTransposed)
+        pvTransposedDecode(j0, bk);
+      else
+        pv(j0, cI(0), bk, /*rescale=*/true);
+      return;
+    }
+    // A headed kernel: K and V go 16 keys at a time with the heads inside,
+    // so the tile's position rows are read whole, in address order (the
+    // software prefetch of each head's slice ahead then covers whole rows).
+    loop(cI(0), bk, cI(kLanes), [&](Value jb) {
+      Value je = minI(add(jb, cI(kLanes)), bk);
+      forEachHead([&] { qk(j0, bk, jb, je); });
+    });
+    forEachHead([&] { softmax(j0, bk); });
+    if (f_.vTransposed) {
+      forEachHead([&] { pvTransposedDecode(j0, bk); });
+      return;
+    }
+    forEachHead([&] { rescaleAcc(); });
+    loop(cI(0), bk, cI(kLanes), [&](Value jb) {
+      Value n = minI(cI(kLanes), sub(bk, jb));
+      forEachHead([&] { pv(j0, jb, n, /*rescale=*/false); });
+    });
   });
-  epilogue(i0, bq);
+  forEachHead([&] { epilogue(i0, bq); });
 }
 
 } // namespace attnkit::compiled::vectorize

@@ -177,7 +177,7 @@ public:
           op->getParentOfType<scf::ForOp>())
         bindToBuffers(op);
     });
-    SmallVector<FlashLoop> loops;
+    std::vector<FlashLoop> loops;
     getOperation().walk([&](scf::ForOp op) {
       if (!hasFlashRole(op, FlashRole::QueryLoop))
         return;

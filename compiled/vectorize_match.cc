@@ -79,6 +79,29 @@ bool modifierIsVectorizable(FlashLoop f) {
   return true;
 }
 
+/// Sets f.heads and f.all when the decode loop `f` sits in a headed
+/// kernel's head loop and every memref it reads or writes is a headSlice of
+/// that loop's head.
+void matchHeads(FlashLoop &f) {
+  auto loop = dyn_cast_or_null<scf::ForOp>(f.outer->getParentOp());
+  if (!loop || !hasFlashRole(loop, FlashRole::HeadLoop) || f.bq % kLanes == 0 ||
+      getConstantIntValue(loop.getLowerBound()) != 0 ||
+      getConstantIntValue(loop.getStep()) != 1)
+    return;
+  Value h = loop.getInductionVar();
+  auto source = [&](Value slice, Value &all) {
+    if (!slice)
+      return true;
+    all = headSliceSource(slice, loop, h);
+    return static_cast<bool>(all);
+  };
+  if (source(f.q, f.all.q) && source(f.k, f.all.k) && source(f.v, f.all.v) &&
+      source(f.bias, f.all.bias) && source(f.kScale, f.all.kScale) &&
+      source(f.vScale, f.all.vScale) && source(f.out, f.all.out) &&
+      source(f.lse, f.all.lse))
+    f.heads = loop;
+}
+
 } // namespace
 
 std::optional<FlashLoop> matchFlashLoop(scf::ForOp outer) {
@@ -145,6 +168,7 @@ std::optional<FlashLoop> matchFlashLoop(scf::ForOp outer) {
   }
   if (!modifierIsVectorizable(f))
     return std::nullopt;
+  matchHeads(f);
   return f;
 }
 

@@ -32,6 +32,14 @@ struct FlashLoop {
   SmallVector<Operation *> materializations;
   bool vTransposed = false;
   int64_t g = 0, d = 0, bq = 0, bk = 0;
+  /// A decode loop inside a headed kernel's head loop (head_loop role, from
+  /// 0 in steps of 1, every memref above a headSlice of the loop's head):
+  /// the loop, and the memrefs of all heads the slices come from. The
+  /// emitter then walks the heads inside each KV tile (null: one head).
+  scf::ForOp heads;
+  struct {
+    Value q, k, v, bias, kScale, vScale, out, lse;
+  } all;
 };
 
 /// The fused form behind a query_loop-role loop, or nullopt when the loop
