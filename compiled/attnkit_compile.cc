@@ -241,6 +241,9 @@ static int run(int argc, char **argv) {
 
   std::optional<BlockSpec> block;
   if (hiddenOpt != 0) {
+    if (headedOpt)
+      return fail("--headed: the attention kernel's; the block (--hidden=" +
+                  std::to_string(hiddenOpt) + ") splits its heads itself");
     AttentionBlockProblem bp;
     bp.attention = problem;
     bp.hidden = hiddenOpt;

@@ -14,6 +14,37 @@
 // PREFILL-NOT:   linalg.generic
 // PREFILL-NOT:   attnkit.flash
 //
+// A headed decode kernel (--headed: a band of kv heads, memrefs with a
+// leading head dim, the attention of one head inside a head_loop): the
+// vectorizer walks the heads inside each KV tile -- per-head state allocated
+// for all heads before the loop, 16-key blocks of the tile with a loop over
+// the heads inside, each head's K rows sliced from the band -- and leaves
+// the head loop one trip (the canonicalizer folds it).
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 2 --q-len 1 --kv-len 300 --headed \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=HEADED
+// HEADED-LABEL: func.func @attention
+// HEADED:       %[[H:.*]] = memref.dim %arg6, %c0
+// HEADED:       memref.alloca(%[[H]]) {{.*}} : memref<?x2x32xf32>
+// HEADED:       scf.for %{{.*}} = %c0 to %[[ONE:c1_[0-9]+]] step %c1 {
+// HEADED:       scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step %c64
+// HEADED:         scf.for %[[JB:.*]] = %{{.*}} to %{{.*}} step %c16
+// HEADED:           scf.for %[[HH:.*]] = %{{.*}} to %[[H]] step
+// HEADED:             memref.subview %arg1[%[[HH]], 0, 0]
+// HEADED:             scf.for %{{.*}} = %[[JB]] to %{{.*}} step %c8
+// HEADED:       } {attnkit.flash_role = #attnkit.flash_role<head_loop>}
+// HEADED-NOT:   linalg.generic
+//
+// A headed prefill kernel keeps its heads outside: the head loop runs over
+// the band, the per-head kernel inside it.
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 2 --q-len 40 --kv-len 300 --headed \
+// RUN:   | attnkit-opt --attnkit-flash-attention | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=HEADEDP
+// HEADEDP-LABEL: func.func @attention
+// HEADEDP-NOT:   memref.alloca(%
+// HEADEDP:       %[[H:.*]] = memref.dim %arg6, %c0
+// HEADEDP:       scf.for %{{.*}} = %c0 to %[[H]] step %c1 {
+// HEADEDP:         vector.fma
+// HEADEDP:       } {attnkit.flash_role = #attnkit.flash_role<head_loop>}
+//
 // Causal MHA prefill (query tile 64, 4 vectors of consecutive queries): the
 // key range of each vector of rows is its own (the flash form's last_row
 // bound evaluated per vector), so on the diagonal tile QK^T runs keys seen
