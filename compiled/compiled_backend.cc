@@ -10,6 +10,22 @@
 
 namespace attnkit::compiled {
 
+namespace {
+
+/// The stack the headed decode kernel may take for its per-head state
+/// (accumulator, packed q, scores, m, l, alpha of every head in the band).
+constexpr int64_t kHeadedStateBytes = 256 << 10;
+
+} // namespace
+
+int64_t headedBand(const AttentionProblem &p) {
+  // Per head: rows G (query tile 1) x (accumulator d rounded up to 16 f32,
+  // packed q d rounded up to 32, a 64-key tile of scores, m, l, alpha).
+  const int64_t dPad = (p.head_dim + 31) / 32 * 32;
+  const int64_t perHead = p.group_size() * (2 * dPad + kKvTile + 3) * 4;
+  return std::clamp<int64_t>(kHeadedStateBytes / perHead, 1, p.kv_heads);
+}
+
 KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
   KernelSpec s;
   s.headDim = p.head_dim;
@@ -29,8 +45,10 @@ KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
   // over the whole sequence (512 B of every 4 KiB at Hkv 8, d 128, f32),
   // which streams poorly. The headed kernel takes all the kv heads and walks
   // each KV tile 16 keys at a time with the heads inside, reading the rows
-  // whole; the threads then split the keys (PlanKvSplits).
-  s.headed = s.queryTile == 1 && p.layout == KvLayout::kBSHD && p.kv_heads > 1;
+  // whole; the threads then split the keys (PlanKvSplits). A band of
+  // heads per call (headedBand) keeps its state on the stack small.
+  s.headed =
+      s.queryTile == 1 && p.layout == KvLayout::kBSHD && headedBand(p) > 1;
   return s;
 }
 
@@ -393,8 +411,8 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
                                   const AttentionArgs &args) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
   const KernelSpec spec = specFor(p, options_.bf16Dot);
-  // KV heads per work item: all of them for the headed kernel.
-  const int64_t heads = spec.headed ? p.kv_heads : 1;
+  // KV heads per work item: a band of them for the headed kernel.
+  const int64_t heads = spec.headed ? headedBand(p) : 1;
   StatusOr<const CompiledKernel *> kernel = kernelFor(spec);
   if (!kernel.ok())
     return kernel.status();

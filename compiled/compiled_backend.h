@@ -14,6 +14,10 @@ namespace attnkit::compiled {
 /// problem's QKᵀ runs on vdpbf16ps when `bf16Dot` allows it and this CPU has
 /// AVX512_BF16.
 KernelSpec specFor(const AttentionProblem &p, bool bf16Dot = true);
+/// KV heads per call of a headed decode kernel (KernelSpec::headed): all of
+/// them unless their per-head state would take more than 256 KiB of stack;
+/// specFor picks the headed kernel only for bands of 2 or more.
+int64_t headedBand(const AttentionProblem &p);
 
 /// The process-wide kernel cache the backends share.
 KernelCache &globalKernelCache();

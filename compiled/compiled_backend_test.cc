@@ -514,6 +514,32 @@ TEST(CompiledBackendTest, HeadedBshdDecodeAgainstOracle) {
   EXPECT_EQ(cases, 16);
 }
 
+// The headed kernel keeps every head's state on the stack, so a band holds
+// only as many heads as 256 KiB of state allows: wide heads with a large
+// group go in several bands (the last one shorter), and a head too large
+// for two in a band runs the kernel per head.
+TEST(CompiledBackendTest, HeadedBandsBoundTheirState) {
+  AttentionProblem p;
+  p.batch = 2;
+  p.kv_heads = 7;
+  p.q_heads = 7 * 16;
+  p.head_dim = 512;
+  p.layout = KvLayout::kBSHD;
+  p.mask = MaskKind::kCausal;
+  p.kv_lens = {1200, 33};
+  p.q_lens = {1, 1};
+  EXPECT_EQ(headedBand(p), 3) << p.ToString(); // 70 KiB of state per head
+  ASSERT_TRUE(specFor(p).headed);
+  SCOPED_TRACE(p.ToString());
+  ExpectMatchesOracle(*MakeCompiledBackend(), p, 77);
+  p.q_heads = 7 * 64;
+  EXPECT_EQ(headedBand(p), 1) << p.ToString();
+  EXPECT_FALSE(specFor(p).headed) << p.ToString();
+  p.q_heads = 7;
+  p.head_dim = 64;
+  EXPECT_EQ(headedBand(p), 7) << p.ToString();
+}
+
 // A KV-cache prefix: extents (capacity) larger than the lengths, strides of
 // the capacity; the kernel reads only [0, kv_len).
 TEST(CompiledBackendTest, CachePrefixWithCapacityStrides) {
