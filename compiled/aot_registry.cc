@@ -1,11 +1,12 @@
 #include "compiled/aot.h"
 
 #if ATTNKIT_AOT_KERNELS_BUILT
-// Only the addresses are taken; the real signature is AttentionFn (jit.h).
+// Only the addresses are taken; the real signature is AttentionFn (jit.h),
+// HeadedAttentionFn for the headed ones.
 extern "C" {
-#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x)                                   \
+#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x, h)                                \
   void ATTNKIT_AOT_CAT(_mlir_ciface_,                                          \
-                       ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x))(void);
+                       ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x, h))(void);
 #include "compiled/aot_kernels.inc"
 #undef ATTNKIT_AOT_KERNEL
 }
@@ -16,10 +17,10 @@ namespace attnkit::compiled {
 std::span<const AotKernel> aotKernels() {
 #if ATTNKIT_AOT_KERNELS_BUILT
   static const AotKernel kernels[] = {
-#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x)                                   \
-  {ATTNKIT_AOT_SPEC(d, t, m, g, q, x),                                         \
+#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x, h)                                \
+  {ATTNKIT_AOT_SPEC(d, t, m, g, q, x, h),                                      \
    reinterpret_cast<void *>(&ATTNKIT_AOT_CAT(                                  \
-       _mlir_ciface_, ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x)))},
+       _mlir_ciface_, ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x, h)))},
 #include "compiled/aot_kernels.inc"
 #undef ATTNKIT_AOT_KERNEL
   };

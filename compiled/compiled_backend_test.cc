@@ -800,6 +800,7 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
     DType dtype;
     MaskKind mask;
     bool bf16Dot = false;
+    int64_t kvHeads = 1; // > 1: a BSHD decode, the headed kernel
   };
   // bf16: both ISA variants (the vdpbf16ps one where the CPU has it).
   for (const Case &c :
@@ -807,9 +808,13 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
         Case{128, 4, 1, 300, DType::kBF16, MaskKind::kNone},
         Case{128, 4, 1, 300, DType::kBF16, MaskKind::kNone, true},
         Case{64, 4, 40, 130, DType::kBF16, MaskKind::kCausal},
-        Case{64, 4, 40, 130, DType::kBF16, MaskKind::kCausal, true}}) {
+        Case{64, 4, 40, 130, DType::kBF16, MaskKind::kCausal, true},
+        Case{128, 4, 1, 300, DType::kF32, MaskKind::kCausal, false, 3},
+        Case{128, 1, 1, 300, DType::kBF16, MaskKind::kNone, true, 3}}) {
     AttentionProblem p;
-    p.q_heads = c.g;
+    p.kv_heads = c.kvHeads;
+    p.q_heads = c.g * c.kvHeads;
+    p.layout = c.kvHeads > 1 ? KvLayout::kBSHD : KvLayout::kBHSD;
     p.head_dim = c.d;
     p.q_lens = {c.q};
     p.kv_lens = {c.n};
@@ -819,6 +824,7 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
     const KernelSpec spec = specFor(p, c.bf16Dot);
     SCOPED_TRACE(spec.key());
     EXPECT_EQ(spec.bf16Dot, c.bf16Dot && CpuHasAvx512Bf16());
+    ASSERT_EQ(spec.headed, c.kvHeads > 1);
     CompileOptions aotOpts, jitOpts;
     jitOpts.useAot = false;
     KernelCache aotCache(aotOpts), jitCache(jitOpts);
@@ -843,27 +849,61 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
     Rng values(17);
     data->Fill(p, values);
     const AttentionArgs &a = data->args();
-    std::vector<float> outJit(c.g * c.q * c.d), lse(c.g * c.q);
-    auto run = [&](AttentionFn fn, float *out) {
-      MemRefDesc<3> qd{a.q.data,
-                       a.q.data,
+    const int64_t h = c.kvHeads;
+    std::vector<float> outJit(h * c.g * c.q * c.d), lse(h * c.g * c.q);
+    // Every kv head of the problem in one call: the headed kernel's band.
+    auto run = [&](const CompiledKernel &kernel, float *out) {
+      MemRefDesc<4> qd{
+          a.q.data,
+          a.q.data,
+          0,
+          {h, c.g, c.q, c.d},
+          {c.g * a.q.strides[1], a.q.strides[1], a.q.strides[2], 1}};
+      MemRefDesc<3> kd{a.k.data,
+                       a.k.data,
                        0,
-                       {c.g, c.q, c.d},
-                       {a.q.strides[1], a.q.strides[2], 1}};
-      MemRefDesc<2> kd{a.k.data, a.k.data, 0, {c.n, c.d}, {a.k.strides[2], 1}};
-      MemRefDesc<2> vd{a.v.data, a.v.data, 0, {c.n, c.d}, {a.v.strides[2], 1}};
-      MemRefDesc<3> bd{out, out, 0, {c.g, 0, 0}, {0, 0, 1}};
-      MemRefDesc<1> sd{out, out, 0, {0}, {1}}; // no i8 K/V: not read
-      MemRefDesc<3> od{out, out, 0, {c.g, c.q, c.d}, {c.q * c.d, c.d, 1}};
-      MemRefDesc<2> ld{lse.data(), lse.data(), 0, {c.g, c.q}, {c.q, 1}};
-      fn(&qd, &kd, &vd, &bd, &sd, &sd, &od, &ld, p.EffectiveScale(), c.n - c.q,
-         0);
+                       {h, c.n, c.d},
+                       {a.k.strides[1], a.k.strides[2], 1}};
+      MemRefDesc<3> vd{a.v.data,
+                       a.v.data,
+                       0,
+                       {h, c.n, c.d},
+                       {a.v.strides[1], a.v.strides[2], 1}};
+      MemRefDesc<4> bd{out, out, 0, {h, c.g, 0, 0}, {0, 0, 0, 1}};
+      MemRefDesc<2> sd{out, out, 0, {h, 0}, {0, 1}}; // no i8 K/V: not read
+      MemRefDesc<4> od{out,
+                       out,
+                       0,
+                       {h, c.g, c.q, c.d},
+                       {c.g * c.q * c.d, c.q * c.d, c.d, 1}};
+      MemRefDesc<3> ld{
+          lse.data(), lse.data(), 0, {h, c.g, c.q}, {c.g * c.q, c.q, 1}};
+      const float scale = p.EffectiveScale();
+      if (kernel.spec().headed) {
+        kernel.headedFn()(&qd, &kd, &vd, &bd, &sd, &sd, &od, &ld, scale,
+                          c.n - c.q, 0);
+        return;
+      }
+      // One kv head: the same views without their leading dimension.
+      auto drop = [](const auto &m) {
+        constexpr int N = std::size(decltype(m.sizes){}) - 1;
+        MemRefDesc<N> r{m.allocated, m.aligned, m.offset, {}, {}};
+        std::copy(m.sizes + 1, m.sizes + N + 1, r.sizes);
+        std::copy(m.strides + 1, m.strides + N + 1, r.strides);
+        return r;
+      };
+      auto q3 = drop(qd), o3 = drop(od);
+      auto k2 = drop(kd), v2 = drop(vd), l2 = drop(ld);
+      auto b3 = drop(bd);
+      auto s1 = drop(sd);
+      kernel.fn()(&q3, &k2, &v2, &b3, &s1, &s1, &o3, &l2, scale, c.n - c.q, 0);
     };
+    // The output rows the views above write: [heads, q, d], contiguous.
     ASSERT_EQ(a.out.strides[3], 1);
     ASSERT_EQ(a.out.strides[2], c.d);
     ASSERT_EQ(a.out.strides[1], c.q * c.d);
-    run(aot->fn(), static_cast<float *>(a.out.data));
-    run(jit->fn(), outJit.data());
+    run(*aot, static_cast<float *>(a.out.data));
+    run(*jit, outJit.data());
     // Two compilers (clang -O3 vs the JIT's LLVM pipeline) of one IR: equal
     // to f32 rounding.
     const float *outAot = static_cast<const float *>(a.out.data);
@@ -885,8 +925,10 @@ TEST(CompiledBackendTest, EveryListedAotKernelIsServedWithoutJit) {
   KernelCache cache;
   for (const AotListed &listed : kAotKernelList) {
     AttentionProblem p;
-    p.q_heads = listed.spec.group;
-    p.kv_heads = 1;
+    // A headed kernel is a BSHD decode's, for 2+ kv heads.
+    p.kv_heads = listed.spec.headed ? 2 : 1;
+    p.q_heads = listed.spec.group * p.kv_heads;
+    p.layout = listed.spec.headed ? KvLayout::kBSHD : KvLayout::kBHSD;
     p.head_dim = listed.spec.headDim;
     p.dtype = listed.spec.elem;
     p.mask = listed.spec.mask;

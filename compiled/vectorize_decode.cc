@@ -273,48 +273,39 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
 
   loop(lo, hi, cI(bkMax), [&](Value j0) {
     Value bk = minI(cI(bkMax), sub(hi, j0));
-    if (!f_.heads) {
-      qk(j0, bk, cI(0), bk);
-      softmax(j0, bk);
-      if (f_.vTransposed) {
-        pvTransposedDecode(j0, bk);
-      } else if (pvColumnBlocks > 1) {
-        // Rows wider than a register block (4+ rows of d 128): each block
-        // of columns run over the whole tile would read part of every V row
-        // and come back for the rest, which the prefetchers follow poorly;
-        // so 16 keys at a time (8 KiB of f32 V at d 128), every column
-        // block of them before the next 16 (re-read from L1), alpha
-        // applied once per tile first (the headed kernel's order, one
-        // head). kv 16k Hq 32 / Hkv 8 BHSD, 10 interleaved rounds, time
-        // against whole-tile column blocks: bf16 0.82x (quartiles
-        // 0.74-0.92), f32 1.01x (0.88-1.09); with one column block (Hkv 32)
-        // 16-key blocks measured 1.13x (f32, 4 rounds), so not there.
-        rescaleAcc();
-        loop(cI(0), bk, cI(kLanes), [&](Value jb) {
-          pv(j0, jb, minI(cI(kLanes), sub(bk, jb)), /*rescale=*/false);
-        });
-      } else {
-        pv(j0, cI(0), bk, /*rescale=*/true);
-      }
-      return;
-    }
     // A headed kernel: K and V go 16 keys at a time with the heads inside,
     // so the tile's position rows are read whole, in address order (the
     // software prefetch of each head's slice ahead then covers whole rows).
-    loop(cI(0), bk, cI(kLanes), [&](Value jb) {
-      Value je = minI(add(jb, cI(kLanes)), bk);
-      forEachHead([&] { qk(j0, bk, jb, je); });
-    });
+    // One head: QK^T over the whole tile.
+    if (f_.heads) {
+      loop(cI(0), bk, cI(kLanes), [&](Value jb) {
+        Value je = minI(add(jb, cI(kLanes)), bk);
+        forEachHead([&] { qk(j0, bk, jb, je); });
+      });
+    } else {
+      qk(j0, bk, cI(0), bk);
+    }
     forEachHead([&] { softmax(j0, bk); });
     if (f_.vTransposed) {
       forEachHead([&] { pvTransposedDecode(j0, bk); });
-      return;
+    } else if (f_.heads || pvColumnBlocks > 1) {
+      // P.V 16 keys at a time too (8 KiB of f32 V at d 128), every head
+      // and column block of them before the next 16, alpha applied once
+      // per tile first. With one head it is for rows wider than a register
+      // block (4+ rows of d 128): each block of columns run over the whole
+      // tile would read part of every V row and come back for the rest,
+      // which the prefetchers follow poorly. kv 16k Hq 32 / Hkv 8 BHSD, 10
+      // interleaved rounds, time against whole-tile column blocks: bf16
+      // 0.82x (quartiles 0.74-0.92), f32 1.01x (0.88-1.09); with one column
+      // block (Hkv 32) 16-key blocks measured 1.13x (f32, 4 rounds).
+      forEachHead([&] { rescaleAcc(); });
+      loop(cI(0), bk, cI(kLanes), [&](Value jb) {
+        Value n = minI(cI(kLanes), sub(bk, jb));
+        forEachHead([&] { pv(j0, jb, n, /*rescale=*/false); });
+      });
+    } else {
+      pv(j0, cI(0), bk, /*rescale=*/true);
     }
-    forEachHead([&] { rescaleAcc(); });
-    loop(cI(0), bk, cI(kLanes), [&](Value jb) {
-      Value n = minI(cI(kLanes), sub(bk, jb));
-      forEachHead([&] { pv(j0, jb, n, /*rescale=*/false); });
-    });
   });
   forEachHead([&] { epilogue(i0, bq); });
 }
