@@ -182,9 +182,10 @@ private:
 
   /// The kernel of `spec`: compiled (or loaded) once, then found here.
   StatusOr<const CompiledKernel *> kernelFor(const KernelSpec &spec);
-  /// Fills items_ and merges_: query blocks of every (sequence, kv head);
-  /// decode-like problems with fewer items than threads split the keys
-  /// instead. Returns the number of split slots.
+  /// Fills items_ and merges_: query blocks of every (sequence, band of
+  /// `heads` kv heads; 1 but for the headed kernel); decode-like problems
+  /// with fewer items than threads split the keys instead. Returns the
+  /// number of split slots.
   int64_t planItems(const AttentionProblem &p, int threads, int64_t heads);
   /// Grows the per-thread LSE rows and the split partials to fit.
   void reserveWorkspaces(int threads, int64_t slots,
@@ -252,7 +253,7 @@ int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads,
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t ql = p.q_lens[b], kl = p.kv_lens[b];
     const int64_t splits = plan.SplitsFor(kl);
-    // Head by head (the threads share a head's K/V in cache), each head's
+    // Head (or band) by head (the threads share its K/V in cache), each one's
     // query blocks last first: under a causal mask the costliest, so the
     // items left when the threads run out of work are the cheapest.
     const int64_t qblocks = (ql + kRowsPerItem - 1) / kRowsPerItem;

@@ -475,7 +475,8 @@ TEST(CompiledBackendTest, SplitKvDecodeMatchesOracle) {
 // groups 1 and 4, every mask x q dtype, f32/bf16 and i8 K/V, head_dim 40
 // (tails) and 128, ragged q_len 1..3 with an empty sequence, and a long
 // sequence whose keys the threads split (partials merged across the band's
-// heads). The other layouts and prefill keep the kernel per kv head.
+// heads); a repeated step allocates nothing. The other layouts and prefill
+// keep the kernel per kv head.
 TEST(CompiledBackendTest, HeadedBshdDecodeAgainstOracle) {
   Rng shapes(41);
   int cases = 0;
@@ -501,7 +502,18 @@ TEST(CompiledBackendTest, HeadedBshdDecodeAgainstOracle) {
         ASSERT_TRUE(spec.headed) << p.ToString();
         ASSERT_EQ(spec.queryTile, 1);
         SCOPED_TRACE(p.ToString());
-        ExpectMatchesOracle(*MakeCompiledBackend(), p, 500 + cases);
+        auto backend = MakeCompiledBackend();
+        ExpectMatchesOracle(*backend, p, 500 + cases);
+        // A repeated decode step allocates nothing (items, partials and
+        // LSE rows of the band reuse their capacity).
+        auto data = AttentionData::Create(p);
+        ASSERT_TRUE(data.ok());
+        Rng values(cases);
+        data->Fill(p, values);
+        ASSERT_TRUE(backend->Attention(p, data->args()).ok());
+        accounting::Meter meter;
+        ASSERT_TRUE(backend->Attention(p, data->args()).ok());
+        EXPECT_EQ(meter.Read().allocs, 0);
         ++cases;
         for (KvLayout other : {KvLayout::kBHSD, KvLayout::kTransposedV}) {
           p.layout = other;
