@@ -163,7 +163,11 @@ def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
     head per tile, each vector of 16 rows gets its own key bound (the
     `last_row` slice re-evaluated for its last row), so the diagonal tile of
     a causal mask computes only the keys each vector sees. Decode (any other
-    tile): K and V rows streamed at full vector width. An i8 K/V (the
+    tile): K and V rows streamed at full vector width. A decode loop in a
+    headed kernel's head_loop (every memref a headSlice of the loop's head)
+    is emitted with the heads inside each KV tile: per-head state for the
+    band allocated before the loop, Q.K^T and P.V 16 keys at a time with a
+    loop over the heads inside, the head loop left one trip. An i8 K/V (the
     key_scale and value_scale ops): its rows are loaded as vector<16xi8>
     and converted in registers (arith.sitofp), the keys' scales multiply
     the scores before the modifier, the values' scales P after the row

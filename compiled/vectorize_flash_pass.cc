@@ -24,10 +24,14 @@
 //   the accumulator is accᵀ[D][R] and V[d][j] is broadcast instead.
 //
 // * decode (any other query tile; the backend uses 1). R = G*BQ is small, so
-// the
-//   kernel streams K rows at full vector width: s[r][j] = reduce(K[j][:] x
+//   the kernel streams K rows at full vector width: s[r][j] = reduce(K[j][:] x
 //   q[r][:]); the softmax runs along keys on S[R][BK]; P·V streams V rows
-//   (or, transposed, reduces along Vᵀ rows with masked loads).
+//   (or, transposed, reduces along Vᵀ rows with masked loads). Inside a
+//   headed kernel's head_loop (KernelSpec::headed: a band of kv heads, each
+//   memref a headSlice of the loop's head) the heads go inside each KV
+//   tile instead: per-head state for the band, QKᵀ and P·V 16 keys at a
+//   time with a loop over the heads inside (a BSHD cache's position rows
+//   read whole), the head loop left one trip.
 //
 // Before (fused form, abbreviated):
 //   %r:2 = scf.for %i0 = %c0 to %m step %c16 iter_args(%o, %lse)
