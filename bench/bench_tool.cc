@@ -8,6 +8,9 @@
 //   summary RUN           calibration and %peak per backend and suite, and
 //                         every decode benchmark as a % of the same run's
 //                         read bandwidth (pct_read_bw_same_run)
+//   ab --base-bin B --new-bin N
+//                         interleaved A/B of two benchmark binaries (ab.h);
+//                         exit 1 when a benchmark is slower or fails
 // Common flags: --db PATH (default $ATTNKIT_HISTORY_DB or
 // ~/.attnkit/history.sqlite). BASE and NEW are run ids, latest, latest~N, sha
 // prefixes, or paths of JSON files (read without storing).
@@ -26,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/ab.h"
 #include "bench/compare.h"
 #include "bench/dashboard.h"
 #include "bench/decode_bandwidth.h"
@@ -53,6 +57,13 @@ constexpr const char* kCommands =
     "                            decode GB/s as % of the same run's\n"
     "                            calibration/read_bw "
     "(pct_read_bw_same_run)\n"
+    "  ab --base-bin B --new-bin N [--filter RE] [--rounds N]\n"
+    "     [--min-time S] [--threshold T]\n"
+    "                            interleaved A/B of two attnkit_bench\n"
+    "                            binaries: each benchmark run by both in\n"
+    "                            turn, round after round; per benchmark the\n"
+    "                            median NEW / BASE time ratio [quartiles]\n"
+    "                            and both sides' % of their limit\n"
     "Exit status:\n"
     "  0  done; compare: the gate passed (every benchmark of BASE is in NEW\n"
     "     and none regressed)\n"
@@ -60,8 +71,11 @@ constexpr const char* kCommands =
     "     copied per step, a failed output check), a >= threshold slowdown\n"
     "     with too few repetitions to decide, a benchmark of BASE missing\n"
     "     from NEW (unless --allow-missing), or no benchmark in both runs\n"
-    "  2  bad usage or bad input (a malformed JSON file, an unknown run);\n"
-    "     ingest then stores nothing\n";
+    "     ab: a benchmark slower (median ratio >= 1 + T and its lower\n"
+    "     quartile > 1) or failed in either binary, or no benchmark in both\n"
+    "  2  bad usage or bad input (a malformed JSON file, an unknown run, a\n"
+    "     binary that cannot list its benchmarks); ingest then stores\n"
+    "     nothing\n";
 
 // Every byte the tool prints goes through these: names, messages and file
 // names come from files and the store, and may hold escape sequences.
@@ -180,6 +194,8 @@ void PrintSummary(const RunData& run) {
 int Main(int argc, char** argv) {
   std::string db = DefaultHistoryPath(), out = "bench_dashboard.html", host;
   CompareOptions options;
+  AbOptions ab;
+  int64_t rounds = ab.rounds;
   std::vector<std::string> pos;
   FlagParser flags("attnkit_bench_tool <command> [--db PATH] [args]");
   flags
@@ -194,8 +210,18 @@ int Main(int argc, char** argv) {
               "compare: Mann-Whitney significance level (default 0.01)",
               Fraction(&options.alpha))
       .Custom("--threshold", "T",
-              "compare: the smallest slowdown that fails (default 0.05)",
+              "compare, ab: the smallest slowdown that fails (default 0.05)",
               Fraction(&options.min_slowdown))
+      .NonEmptyString("--base-bin", &ab.base_bin, "PATH",
+                      "ab: the BASE benchmark binary")
+      .NonEmptyString("--new-bin", &ab.new_bin, "PATH",
+                      "ab: the NEW benchmark binary")
+      .String("--filter", &ab.filter, "RE",
+              "ab: the benchmarks (a --benchmark_filter; default all)")
+      .Int64("--rounds", &rounds, 1, 1000,
+             "ab: rounds, each benchmark once per binary (default 8)")
+      .Seconds("--min-time", &ab.min_time, 60,
+               "ab: --benchmark_min_time of each run (default 0.2)")
       .Bool("--allow-missing", &options.allow_missing,
             "compare: benchmarks of BASE absent from NEW are listed as\n"
             "gone, not failures (a filtered NEW run)")
@@ -268,6 +294,25 @@ int Main(int argc, char** argv) {
     const CompareReport report = CompareRuns(*base, *next, options);
     Out(FormatCompareTable(report, base->info, next->info));
     return report.failed() ? 1 : 0;
+  }
+  if (cmd == "ab") {
+    if (!pos.empty()) {
+      return Fail(
+          Status::InvalidArgument("ab: unexpected argument '" + pos[0] + "'"));
+    }
+    if (ab.base_bin.empty() || ab.new_bin.empty()) {
+      return Fail(
+          Status::InvalidArgument("ab: needs --base-bin and --new-bin"));
+    }
+    ab.rounds = static_cast<int>(rounds);
+    ab.threshold = options.min_slowdown;
+    std::vector<std::string> only_new;
+    auto rows = RunAb(ab, &only_new);
+    if (!rows.ok()) return Fail(rows.status());
+    Out(FormatAbTable(*rows, ab.threshold, ab.base_bin, ab.new_bin));
+    for (const std::string& n : only_new) Out("only in NEW: " + n + "\n");
+    if (rows->empty()) Out("no benchmark in both binaries\n");
+    return AbExitStatus(*rows, ab.threshold);
   }
   if (cmd == "summary") {
     if (pos.size() != 1) {

@@ -303,5 +303,119 @@ TEST_F(BenchToolTest, ControlCharactersNeverReachTheTerminal) {
   EXPECT_NE(out.find("frob\\x1bnicate"), std::string::npos) << out;
 }
 
+// `ab` end to end against fake benchmark binaries: shell scripts that list
+// their benchmarks and print a prepared Google Benchmark JSON per run.
+class BenchToolAbTest : public BenchToolTest {
+ protected:
+  // A fake binary `side` whose benchmark `name` takes ns per iteration
+  // (at pct_peak `pct`); a negative ns makes its runs crash.
+  void Bench(const std::string& side, const std::string& name, double ns,
+             double pct = 50) {
+    const fs::path d = dir_ / side;
+    fs::create_directories(d);
+    std::ofstream(d / "list.txt", std::ios::app) << name << "\n";
+    std::string file = name;
+    for (char& c : file) c = (c == '/' || c == ':') ? '_' : c;
+    if (ns < 0) {
+      std::ofstream(d / (file + ".crash")) << "";
+    } else {
+      RunData run;
+      run.info.sha = "abab";
+      BenchmarkSamples s;
+      s.metrics[std::string(kTimeMetric)] = {ns};
+      s.metrics["pct_peak"] = {pct};
+      run.benchmarks[name] = s;
+      std::ofstream(d / (file + ".json")) << ToGoogleBenchmarkJson(run);
+    }
+    const fs::path script = dir_ / (side + ".sh");
+    std::ofstream(script)
+        << "#!/bin/sh\n"
+           "d='"
+        << d.string()
+        << "'\n"
+           "for a in \"$@\"; do\n"
+           "  case \"$a\" in\n"
+           "    --benchmark_list_tests*) cat \"$d/list.txt\"; exit 0 ;;\n"
+           "    --benchmark_filter=*) f=\"${a#--benchmark_filter=}\" ;;\n"
+           "  esac\n"
+           "done\n"
+           "n=$(printf '%s' \"$f\" | sed 's/^\\^//; s/\\$$//; "
+           "s/\\\\//g' | tr '/:' '__')\n"
+           "[ -f \"$d/$n.crash\" ] && kill -SEGV $$\n"
+           "[ -f \"$d/$n.json\" ] || exit 3\n"
+           "cat \"$d/$n.json\"\n";
+    fs::permissions(script, fs::perms::owner_all);
+  }
+  int Ab(const std::string& extra, std::string* out) {
+    return Tool("ab --base-bin " + (dir_ / "base.sh").string() + " --new-bin " +
+                    (dir_ / "new.sh").string() +
+                    " --rounds 5 --min-time 0.01 " + extra,
+                out);
+  }
+};
+
+TEST_F(BenchToolAbTest, EqualBinariesPassAndReportTheirLimits) {
+  for (const char* side : {"base", "new"}) {
+    Bench(side, "prefill/x/S:128/real_time", 1000, 80);
+    Bench(side, "decode/x/kv_len:4/real_time", 500, 60);
+  }
+  std::string out;
+  EXPECT_EQ(Ab("", &out), 0) << out;
+  EXPECT_NE(out.find("1.000"), std::string::npos) << out;
+  EXPECT_NE(out.find("80.0 -> 80.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("2 benchmarks, 5 rounds: 0 faster, 2 same, 0 slower, "
+                     "0 failed"),
+            std::string::npos)
+      << out;
+}
+
+TEST_F(BenchToolAbTest, ASlowerBenchmarkFailsAFasterOnePasses) {
+  Bench("base", "prefill/x/S:128/real_time", 1000);
+  Bench("new", "prefill/x/S:128/real_time", 1200);
+  Bench("base", "decode/x/kv_len:4/real_time", 500);
+  Bench("new", "decode/x/kv_len:4/real_time", 400);
+  std::string out;
+  EXPECT_EQ(Ab("", &out), 1) << out;
+  EXPECT_NE(out.find("1.200"), std::string::npos) << out;
+  EXPECT_NE(out.find("SLOWER"), std::string::npos) << out;
+  EXPECT_NE(out.find("faster"), std::string::npos) << out;
+  // Under the threshold: not a regression.
+  EXPECT_EQ(Ab("--threshold 0.3", &out), 0) << out;
+  // Too few rounds to resolve anything: nothing is called slower.
+  EXPECT_EQ(
+      Tool("ab --base-bin " + (dir_ / "base.sh").string() + " --new-bin " +
+               (dir_ / "new.sh").string() + " --rounds 4 --min-time 0.01",
+           &out),
+      0)
+      << out;
+}
+
+TEST_F(BenchToolAbTest, ACrashInEitherBinaryFailsItsRow) {
+  Bench("base", "prefill/x/S:128/real_time", 1000);
+  Bench("new", "prefill/x/S:128/real_time", -1);  // crashes
+  Bench("base", "decode/x/kv_len:4/real_time", 500);
+  Bench("new", "decode/x/kv_len:4/real_time", 500);
+  Bench("new", "decode/x/kv_len:8/real_time", 500);  // only in NEW
+  std::string out;
+  EXPECT_EQ(Ab("", &out), 1) << out;
+  EXPECT_NE(out.find("FAILED"), std::string::npos) << out;
+  EXPECT_NE(out.find("signal 11"), std::string::npos) << out;
+  EXPECT_NE(out.find("only in NEW: decode/x/kv_len:8/real_time"),
+            std::string::npos)
+      << out;
+}
+
+TEST_F(BenchToolAbTest, BadUsageIsExitTwo) {
+  Bench("new", "prefill/x/S:128/real_time", 1000);
+  std::string out;
+  // BASE cannot list its benchmarks (no such file).
+  EXPECT_EQ(Ab("", &out), 2) << out;
+  EXPECT_NE(out.find("base.sh"), std::string::npos) << out;
+  EXPECT_EQ(Tool("ab --new-bin " + (dir_ / "new.sh").string(), &out), 2) << out;
+  EXPECT_NE(out.find("--base-bin"), std::string::npos) << out;
+  EXPECT_EQ(Tool("ab --base-bin x --new-bin y --rounds 0", &out), 2) << out;
+  EXPECT_NE(out.find("--rounds"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace attnkit::bench

@@ -1,0 +1,109 @@
+#include "bench/ab.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+namespace attnkit::bench {
+namespace {
+
+AbRow RowOf(const std::vector<double>& ratios) {
+  AbRow row{"x", {}, ""};
+  for (double r : ratios) row.rounds.push_back({100.0, 100.0 * r, 50, 40});
+  return row;
+}
+
+TEST(AbTest, SignTestIsTheExactBinomialTail) {
+  EXPECT_DOUBLE_EQ(SignTestP(5, 5), 1.0 / 32);
+  EXPECT_DOUBLE_EQ(SignTestP(4, 5), 6.0 / 32);
+  EXPECT_DOUBLE_EQ(SignTestP(7, 8), 9.0 / 256);
+  EXPECT_DOUBLE_EQ(SignTestP(0, 4), 1.0);
+  EXPECT_DOUBLE_EQ(SignTestP(0, 0), 1.0);
+}
+
+TEST(AbTest, VerdictNeedsBothTheSizeAndTheSign) {
+  // Every round 10% slower: slower.
+  EXPECT_EQ(SummarizeAbRow(RowOf({1.1, 1.1, 1.1, 1.1, 1.1}), 0.05).verdict,
+            AbVerdict::kSlower);
+  // One round of 5 the other way: the sign test does not resolve it.
+  EXPECT_EQ(SummarizeAbRow(RowOf({1.1, 1.1, 1.1, 1.1, 0.9}), 0.05).verdict,
+            AbVerdict::kSame);
+  // 7 of 8 slower resolves.
+  EXPECT_EQ(
+      SummarizeAbRow(RowOf({1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 0.9}), 0.05)
+          .verdict,
+      AbVerdict::kSlower);
+  // Consistently but only 2% slower: under the threshold.
+  EXPECT_EQ(SummarizeAbRow(RowOf({1.02, 1.02, 1.02, 1.02, 1.02}), 0.05).verdict,
+            AbVerdict::kSame);
+  // Faster, mirrored.
+  EXPECT_EQ(SummarizeAbRow(RowOf({0.8, 0.8, 0.8, 0.8, 0.8}), 0.05).verdict,
+            AbVerdict::kFaster);
+  // Fewer than 5 rounds never resolve.
+  EXPECT_EQ(SummarizeAbRow(RowOf({2, 2, 2, 2}), 0.05).verdict,
+            AbVerdict::kSame);
+  // An error fails the row whatever its times; so does no round at all.
+  AbRow bad = RowOf({1, 1, 1, 1, 1});
+  bad.error = "boom";
+  EXPECT_EQ(SummarizeAbRow(bad, 0.05).verdict, AbVerdict::kFailed);
+  EXPECT_EQ(SummarizeAbRow(RowOf({}), 0.05).verdict, AbVerdict::kFailed);
+}
+
+TEST(AbTest, SummaryHasMedianQuartilesAndLimits) {
+  const AbRowSummary s =
+      SummarizeAbRow(RowOf({1.4, 1.0, 1.2, 1.1, 1.3, 0.9, 1.05, 1.15}), 0.05);
+  EXPECT_DOUBLE_EQ(s.ratio, 1.125);
+  EXPECT_DOUBLE_EQ(s.q1, 1.05);  // sorted[n / 4]
+  EXPECT_DOUBLE_EQ(s.q3, 1.2);   // sorted[n - 1 - n / 4]
+  EXPECT_DOUBLE_EQ(s.base_limit, 50);
+  EXPECT_DOUBLE_EQ(s.new_limit, 40);
+}
+
+TEST(AbTest, ExitStatusFailsOnSlowerFailedOrNothing) {
+  EXPECT_EQ(AbExitStatus({}, 0.05), 1);
+  EXPECT_EQ(AbExitStatus({RowOf({1, 1, 1, 1, 1})}, 0.05), 0);
+  EXPECT_EQ(
+      AbExitStatus({RowOf({1, 1, 1, 1, 1}), RowOf({2, 2, 2, 2, 2})}, 0.05), 1);
+  AbRow bad = RowOf({1, 1, 1, 1, 1});
+  bad.error = "crash";
+  EXPECT_EQ(AbExitStatus({bad}, 0.05), 1);
+  EXPECT_NE(FormatAbTable({bad}, 0.05, "b", "n").find("error: crash"),
+            std::string::npos);
+}
+
+TEST(AbTest, ExactNameFilterMatchesOnlyTheName) {
+  const std::string name = "prefill/simd/S:2048/d:128/causal:1/real_time";
+  const std::string f = ExactNameFilter(name);
+  EXPECT_TRUE(std::regex_search(name, std::regex(f)));
+  EXPECT_FALSE(std::regex_search(name + "x", std::regex(f)));
+  const std::string odd = "a.b(c)[d]+e*f?g|h{1}^$\\";
+  EXPECT_TRUE(std::regex_search(odd, std::regex(ExactNameFilter(odd))));
+  EXPECT_FALSE(std::regex_search("aXb(c)[d]+e*f?g|h{1}^$\\",
+                                 std::regex(ExactNameFilter(odd))));
+}
+
+TEST(AbTest, LimitPrefersThePairedReadShare) {
+  BenchmarkSamples s;
+  s.metrics["pct_peak"] = {70, 80, 90};
+  EXPECT_DOUBLE_EQ(LimitOf(s), 80);
+  s.metrics["pct_read_bw_paired"] = {60};
+  EXPECT_DOUBLE_EQ(LimitOf(s), 60);
+  EXPECT_TRUE(std::isnan(LimitOf(BenchmarkSamples{})));
+}
+
+TEST(AbTest, RunCaptureReportsExitStatusAndSignals) {
+  auto ok = RunCapture({"/bin/sh", "-c", "echo hi; echo err >&2"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(*ok, "hi\n");
+  auto bad = RunCapture({"/bin/sh", "-c", "echo why >&2; exit 3"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("exit status 3"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("why"), std::string::npos);
+  auto sig = RunCapture({"/bin/sh", "-c", "kill -SEGV $$"});
+  ASSERT_FALSE(sig.ok());
+  EXPECT_NE(sig.status().message().find("signal 11"), std::string::npos);
+  EXPECT_FALSE(RunCapture({"/nonexistent/bench"}).ok());
+}
+
+}  // namespace
+}  // namespace attnkit::bench
