@@ -42,6 +42,8 @@ const char* VerdictName(AbVerdict v) {
       return "~";
     case AbVerdict::kSlower:
       return "SLOWER";
+    case AbVerdict::kUndecided:
+      return "UNDECIDED";
     case AbVerdict::kFailed:
       return "FAILED";
   }
@@ -82,6 +84,9 @@ AbRowSummary SummarizeAbRow(const AbRow& row, double threshold) {
   s.p_faster = SignTestP(faster, slower + faster);
   if (s.ratio >= 1 + threshold && s.p_slower <= kAbSignificance) {
     s.verdict = AbVerdict::kSlower;
+  } else if (s.ratio >= 1 + threshold &&
+             SignTestP(slower + faster, slower + faster) > kAbSignificance) {
+    s.verdict = AbVerdict::kUndecided;  // even all rounds could not resolve
   } else if (s.ratio <= 1 / (1 + threshold) && s.p_faster <= kAbSignificance) {
     s.verdict = AbVerdict::kFaster;
   } else {
@@ -152,11 +157,11 @@ std::string FormatAbTable(const std::vector<AbRow>& rows, double threshold,
   }
   std::snprintf(buf, sizeof buf,
                 "%zu benchmarks, %zu rounds: %d faster, %d same, %d slower, "
-                "%d failed (threshold %.0f%%)\n",
+                "%d undecided, %d failed (threshold %.0f%%)\n",
                 rows.size(), rows.empty() ? size_t{0} : rows[0].rounds.size(),
                 counts[AbVerdict::kFaster], counts[AbVerdict::kSame],
-                counts[AbVerdict::kSlower], counts[AbVerdict::kFailed],
-                threshold * 100);
+                counts[AbVerdict::kSlower], counts[AbVerdict::kUndecided],
+                counts[AbVerdict::kFailed], threshold * 100);
   out += buf;
   return out;
 }
@@ -165,7 +170,10 @@ int AbExitStatus(const std::vector<AbRow>& rows, double threshold) {
   if (rows.empty()) return 1;  // nothing compared is not a pass
   for (const AbRow& r : rows) {
     const AbVerdict v = SummarizeAbRow(r, threshold).verdict;
-    if (v == AbVerdict::kSlower || v == AbVerdict::kFailed) return 1;
+    if (v == AbVerdict::kSlower || v == AbVerdict::kUndecided ||
+        v == AbVerdict::kFailed) {
+      return 1;
+    }
   }
   return 0;
 }

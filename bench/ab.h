@@ -36,7 +36,7 @@ struct AbRow {
   std::string error;  // a run that failed or a wrong output: the row fails
 };
 
-enum class AbVerdict { kFaster, kSame, kSlower, kFailed };
+enum class AbVerdict { kFaster, kSame, kSlower, kUndecided, kFailed };
 
 struct AbRowSummary {
   double ratio = NAN, q1 = NAN, q3 = NAN;    // NEW / BASE time per round
@@ -51,9 +51,11 @@ inline constexpr double kAbSignificance = 0.05;
 // Slower: the median ratio is >= 1 + threshold and NEW was slower in more
 // rounds than chance explains (one-sided sign test over the rounds, p <=
 // kAbSignificance: at least 5 of 5 rounds, 7 of 8, 8 of 9). One slow
-// spell of the host moves a round or two, not the sign test. Faster,
-// mirrored; else the same within what the rounds resolve ("~": with fewer
-// than 5 rounds nothing is ever resolved). Failed: an error, or no round.
+// spell of the host moves a round or two, not the sign test. Undecided: a
+// median >= 1 + threshold over rounds too few for any sign test to resolve
+// (< 5; as `compare`, a slowdown measured too few times is not a pass).
+// Faster, mirrored (never undecided); else the same within what the rounds
+// resolve ("~"). Failed: an error, or no round.
 AbRowSummary SummarizeAbRow(const AbRow& row, double threshold);
 
 // P(X >= k) for X ~ Binomial(n, 1/2): the one-sided sign test of k rounds
@@ -74,7 +76,7 @@ double LimitOf(const BenchmarkSamples& s);
 
 // The table: per row the median ratio [quartiles], the verdict, both sides'
 // % of limit; then a line per verdict count. Exit status of `bench ab`:
-// 1 if any row is slower or failed, else 0.
+// 1 if any row is slower, undecided or failed, or there is none; else 0.
 std::string FormatAbTable(const std::vector<AbRow>& rows, double threshold,
                           const std::string& base_label,
                           const std::string& new_label);

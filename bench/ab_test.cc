@@ -39,9 +39,11 @@ TEST(AbTest, VerdictNeedsBothTheSizeAndTheSign) {
   // Faster, mirrored.
   EXPECT_EQ(SummarizeAbRow(RowOf({0.8, 0.8, 0.8, 0.8, 0.8}), 0.05).verdict,
             AbVerdict::kFaster);
-  // Fewer than 5 rounds never resolve.
+  // Fewer than 5 rounds never resolve: a slowdown is undecided (and
+  // fails), a speedup is not claimed.
   EXPECT_EQ(SummarizeAbRow(RowOf({2, 2, 2, 2}), 0.05).verdict,
-            AbVerdict::kSame);
+            AbVerdict::kUndecided);
+  EXPECT_EQ(SummarizeAbRow(RowOf({0.5, 0.5}), 0.05).verdict, AbVerdict::kSame);
   // An error fails the row whatever its times; so does no round at all.
   AbRow bad = RowOf({1, 1, 1, 1, 1});
   bad.error = "boom";
@@ -67,6 +69,7 @@ TEST(AbTest, ExitStatusFailsOnSlowerFailedOrNothing) {
   AbRow bad = RowOf({1, 1, 1, 1, 1});
   bad.error = "crash";
   EXPECT_EQ(AbExitStatus({bad}, 0.05), 1);
+  EXPECT_EQ(AbExitStatus({RowOf({3, 3})}, 0.05), 1);  // undecided
   EXPECT_NE(FormatAbTable({bad}, 0.05, "b", "n").find("error: crash"),
             std::string::npos);
 }

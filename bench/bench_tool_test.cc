@@ -364,7 +364,7 @@ TEST_F(BenchToolAbTest, EqualBinariesPassAndReportTheirLimits) {
   EXPECT_NE(out.find("1.000"), std::string::npos) << out;
   EXPECT_NE(out.find("80.0 -> 80.0"), std::string::npos) << out;
   EXPECT_NE(out.find("2 benchmarks, 5 rounds: 0 faster, 2 same, 0 slower, "
-                     "0 failed"),
+                     "0 undecided, 0 failed"),
             std::string::npos)
       << out;
 }
@@ -381,13 +381,14 @@ TEST_F(BenchToolAbTest, ASlowerBenchmarkFailsAFasterOnePasses) {
   EXPECT_NE(out.find("faster"), std::string::npos) << out;
   // Under the threshold: not a regression.
   EXPECT_EQ(Ab("--threshold 0.3", &out), 0) << out;
-  // Too few rounds to resolve anything: nothing is called slower.
+  // Too few rounds to resolve the slowdown: undecided, which fails.
   EXPECT_EQ(
       Tool("ab --base-bin " + (dir_ / "base.sh").string() + " --new-bin " +
                (dir_ / "new.sh").string() + " --rounds 4 --min-time 0.01",
            &out),
-      0)
+      1)
       << out;
+  EXPECT_NE(out.find("UNDECIDED"), std::string::npos) << out;
 }
 
 TEST_F(BenchToolAbTest, ACrashInEitherBinaryFailsItsRow) {
