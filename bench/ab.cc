@@ -80,6 +80,8 @@ AbRowSummary SummarizeAbRow(const AbRow& row, double threshold) {
     slower += r > 1;
     faster += r < 1;
   }
+  s.slower_rounds = slower;
+  s.timed_rounds = static_cast<int>(ratios.size());
   s.p_slower = SignTestP(slower, slower + faster);
   s.p_faster = SignTestP(faster, slower + faster);
   if (s.ratio >= 1 + threshold && s.p_slower <= kAbSignificance) {
@@ -129,16 +131,16 @@ std::string FormatAbTable(const std::vector<AbRow>& rows, double threshold,
                           const std::string& base_label,
                           const std::string& new_label) {
   std::string out =
-      "A/B, time NEW / BASE per round (median [quartiles]); "
-      "% of the limit measured in the same process (pct_peak, "
-      "or pct_read_bw_paired for decode_paired/)\n";
+      "A/B, time NEW / BASE per round (median [quartiles]), rounds NEW was "
+      "slower in; % of the limit measured in the same process (pct_peak, or "
+      "pct_read_bw_paired for decode_paired/)\n";
   out += "  BASE " + base_label + "\n  NEW  " + new_label + "\n";
   size_t width = 9;
   for (const AbRow& r : rows) width = std::max(width, r.name.size());
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-*s %6s %13s %7s %15s\n",
+  std::snprintf(buf, sizeof buf, "%-*s %6s %13s %6s %9s %15s\n",
                 static_cast<int>(width), "benchmark", "ratio", "[q1-q3]",
-                "verdict", "limit% B -> N");
+                "slower", "verdict", "limit% B -> N");
   out += buf;
   std::map<AbVerdict, int> counts;
   for (const AbRow& r : rows) {
@@ -146,12 +148,14 @@ std::string FormatAbTable(const std::vector<AbRow>& rows, double threshold,
     ++counts[s.verdict];
     const std::string quart =
         "[" + Fmt("%.2f", s.q1) + "-" + Fmt("%.2f", s.q3) + "]";
-    std::snprintf(
-        buf, sizeof buf, "%-*s %6s %13s %7s %15s\n", static_cast<int>(width),
-        r.name.c_str(), Fmt("%.3f", s.ratio).c_str(), quart.c_str(),
-        VerdictName(s.verdict),
-        (Fmt("%.1f", s.base_limit) + " -> " + Fmt("%.1f", s.new_limit))
-            .c_str());
+    const std::string slower =
+        std::to_string(s.slower_rounds) + "/" + std::to_string(s.timed_rounds);
+    const std::string limits =
+        Fmt("%.1f", s.base_limit) + " -> " + Fmt("%.1f", s.new_limit);
+    std::snprintf(buf, sizeof buf, "%-*s %6s %13s %6s %9s %15s\n",
+                  static_cast<int>(width), r.name.c_str(),
+                  Fmt("%.3f", s.ratio).c_str(), quart.c_str(), slower.c_str(),
+                  VerdictName(s.verdict), limits.c_str());
     out += buf;
     if (!r.error.empty()) out += "    error: " + r.error + "\n";
   }

@@ -41,6 +41,7 @@ enum class AbVerdict { kFaster, kSame, kSlower, kUndecided, kFailed };
 struct AbRowSummary {
   double ratio = NAN, q1 = NAN, q3 = NAN;    // NEW / BASE time per round
   double base_limit = NAN, new_limit = NAN;  // medians
+  int slower_rounds = 0, timed_rounds = 0;   // NEW slower in k of n
   double p_slower = 1, p_faster = 1;         // one-sided sign tests
   AbVerdict verdict = AbVerdict::kFailed;
 };
