@@ -54,7 +54,10 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi,
   const int64_t d = f_.d, bkMax = f_.bk, rv = rows_ / kLanes;
   const float negInf = -std::numeric_limits<float>::infinity();
   // Qᵀ[d][r], rows past bq zero (their results are never written). For
-  // vdpbf16ps the bf16 Q as it is, in pairs of dims: [d/2][r][2].
+  // vdpbf16ps the bf16 Q as it is, in pairs of dims: [d/2][r][2]. (LLVM
+  // makes the copy strided stores; 16x16 vector.transpose blocks measured
+  // slower, twice: simd/README.md, "Q^T and O^T through register
+  // transposes".)
   loop(cI(0), cI(rows_), cI(1), [&](Value r) {
     Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
     Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
