@@ -5,10 +5,10 @@
 // `bench compare` gates two runs made at different times; on a shared host
 // the read bandwidth swings 30-77 GB/s within minutes and an unchanged
 // kernel can read 0.75-1.2x between runs. Here the two binaries run each
-// benchmark in turn, round after round (BASE first in even rounds of even
-// rows, NEW first in the others), each run a fresh process, so both halves
-// of a round's pair see the same host, and the verdict is taken on the
-// per-round ratios NEW / BASE: their median and quartiles.
+// benchmark in turn, round after round (BASE first when round + row is
+// even, NEW first otherwise), each run a fresh process, so both halves of a
+// round's pair see the same host, and the verdict is taken on the per-round
+// ratios NEW / BASE: their median, quartiles and a sign test.
 #ifndef ATTNKIT_BENCH_AB_H_
 #define ATTNKIT_BENCH_AB_H_
 
