@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -168,23 +169,6 @@ void BM_Fma(benchmark::State& state) {
       benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
 }
 
-// The buffer calibration/read_bw and decode_paired sum: ReadBufferBytes()
-// of 1.0f (n floats), first touched by the static split SumFloats reads it
-// with. Built on first use, shared by both.
-const float* ReadBuffer(int threads, size_t* n) {
-  static AlignedBuffer buf;
-  const size_t bytes = ReadBufferBytes();
-  *n = bytes / sizeof(float);
-  if (buf.size() != bytes) {
-    buf = AlignedBuffer(bytes);
-    float* data = static_cast<float*>(buf.data());
-    const size_t count = *n;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < count; ++i) data[i] = 1.0f;
-  }
-  return static_cast<const float*>(buf.data());
-}
-
 void BM_ReadBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   size_t n = 0;
@@ -215,6 +199,16 @@ double DecodeBytes(const AttentionProblem& p) {
              static_cast<double>(p.q_heads * p.q_lens[b]) * d * (esize + 4.0);
   }
   return bytes;
+}
+
+// A memory-bound benchmark's pct_peak divides by the read bandwidth, which
+// main measures only when it selects such a benchmark (NeedsReadBandwidth):
+// a benchmark it misjudged fails loudly instead of reporting NaN.
+Status CheckReadCalibration(const Calibration& cal) {
+  if (!std::isnan(cal.read_gbps_all)) return Status::Ok();
+  return Status::Internal(
+      "calib_read_gbps_all: not measured, but this benchmark is memory-bound "
+      "(list its family in NeedsReadBandwidth)");
 }
 
 // Times backend.Attention on p; GFLOPS and %FMA-peak counters.
@@ -248,6 +242,7 @@ void RunAttention(benchmark::State& state, const std::string& id,
         PctOf(flops / 1e9, peak), benchmark::Counter::kIsRate);
     return;
   }
+  if (Status s = CheckReadCalibration(cal); !s.ok()) return SetError(state, s);
   const double bytes = DecodeBytes(p);
   state.counters["GBps"] =
       benchmark::Counter(bytes * calls / 1e9, benchmark::Counter::kIsRate);
@@ -699,6 +694,7 @@ void RunBlock(benchmark::State& state, const std::string& id, Backend& backend,
         PctOf(flops / 1e9, peak), benchmark::Counter::kIsRate);
     return;
   }
+  if (Status s = CheckReadCalibration(cal); !s.ok()) return SetError(state, s);
   const double bytes = BlockBytes(p) * calls;
   state.counters["GBps"] =
       benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
@@ -1075,6 +1071,57 @@ std::string CpuModel() {
   return m;
 }
 
+// Whether a benchmark named `name` divides by the read-bandwidth
+// calibration or sums ReadBuffer(): every family but the compute-bound ones
+// (a family added later is memory-bound until listed here, which costs a
+// calibration, never a figure).
+bool NeedsReadBandwidth(std::string_view name) {
+  for (std::string_view compute_bound :
+       {"calibration/fma/", "prefill/", "prefill_bf16/", "block_prefill/",
+        "block_prefill_unfused/"}) {
+    if (name.substr(0, compute_bound.size()) == compute_bound) return false;
+  }
+  return true;
+}
+
+// Whether the benchmarks this run selects need the read-bandwidth
+// calibration (most of a start-up's time: the 1 GiB buffer's first touch).
+// The selection is Google Benchmark's own: a listing pass
+// (--benchmark_list_tests) into a string, then the flag set back. Initialize
+// re-adds --benchmark_context's entries on every call, so with that flag the
+// answer is a conservative yes instead.
+bool SelectionNeedsReadBandwidth(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]).substr(0, 20) == "--benchmark_context=") {
+      return true;
+    }
+  }
+  if (std::getenv("BENCHMARK_CONTEXT") != nullptr) return true;
+  class Capture : public benchmark::BenchmarkReporter {
+   public:
+    bool ReportContext(const Context&) override { return true; }
+    void ReportRuns(const std::vector<Run>&) override {}
+  };
+  auto set_listing = [&](const char* value) {
+    std::string flag = std::string("--benchmark_list_tests=") + value;
+    char* args[] = {argv[0], flag.data(), nullptr};
+    int n = 2;
+    benchmark::Initialize(&n, args);
+  };
+  std::ostringstream names, errors;
+  Capture capture;
+  capture.SetOutputStream(&names);
+  capture.SetErrorStream(&errors);
+  set_listing("true");
+  benchmark::RunSpecifiedBenchmarks(&capture);
+  set_listing("false");
+  std::istringstream lines(names.str());
+  for (std::string name; std::getline(lines, name);) {
+    if (NeedsReadBandwidth(name)) return true;
+  }
+  return false;
+}
+
 void AddContext(const Calibration& cal, bool interleaved) {
   auto env = [](const char* name, const char* fallback) {
     const char* v = std::getenv(name);
@@ -1104,8 +1151,11 @@ void AddContext(const Calibration& cal, bool interleaved) {
                               std::to_string(cal.fma_gflops_1t));
   benchmark::AddCustomContext("calib_fma_gflops_all",
                               std::to_string(cal.fma_gflops_all));
-  benchmark::AddCustomContext("calib_read_gbps_all",
-                              std::to_string(cal.read_gbps_all));
+  // Absent when not measured (no memory-bound benchmark selected).
+  if (!std::isnan(cal.read_gbps_all)) {
+    benchmark::AddCustomContext("calib_read_gbps_all",
+                                std::to_string(cal.read_gbps_all));
+  }
   benchmark::AddCustomContext("alloc_counter", accounting::AllocHooksInstalled()
                                                    ? "malloc+new"
                                                    : "none");
@@ -1116,8 +1166,11 @@ void AddContext(const Calibration& cal, bool interleaved) {
 
 int main(int argc, char** argv) {
   using namespace attnkit::bench;
-  const bool interleaved = RandomInterleavingRequested(
-      argc, argv, std::getenv("BENCHMARK_ENABLE_RANDOM_INTERLEAVING"));
+  const bool interleaved = GoogleBenchmarkBoolFlag(
+      argc, argv, "benchmark_enable_random_interleaving",
+      std::getenv("BENCHMARK_ENABLE_RANDOM_INTERLEAVING"));
+  const bool listing = GoogleBenchmarkBoolFlag(
+      argc, argv, "benchmark_list_tests", std::getenv("BENCHMARK_LIST_TESTS"));
   // Our flags; the rest (argv[0] first) is Google Benchmark's.
   std::vector<std::string> plugins, rest{argv[0]};
   attnkit::FlagParser flags(
@@ -1161,11 +1214,18 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, gb_argv.data());
   if (benchmark::ReportUnrecognizedArguments(n, gb_argv.data())) return 2;
   RegisterAll();
-  const Calibration& cal = MachineCalibration();
-  std::fprintf(stderr, "attnkit_bench: %s\n", CalibrationSummary(cal).c_str());
   for (const std::string& s : SkipLog()) {
     std::fprintf(stderr, "attnkit_bench: not registered: %s\n", s.c_str());
   }
+  if (listing) {
+    // Names only: nothing runs, so nothing to calibrate.
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+  }
+  const Calibration& cal =
+      MachineCalibration(SelectionNeedsReadBandwidth(argc, argv));
+  std::fprintf(stderr, "attnkit_bench: %s\n", CalibrationSummary(cal).c_str());
   AddContext(cal, interleaved);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -159,7 +159,23 @@ size_t ReadBufferBytes() {
   return std::clamp<size_t>(eight_llc, size_t{256} << 20, size_t{1} << 30);
 }
 
-Calibration Calibrate(double seconds) {
+const float* ReadBuffer(int threads, size_t* n) {
+  static AlignedBuffer buf;
+  const size_t bytes = ReadBufferBytes();
+  *n = bytes / sizeof(float);
+  if (buf.size() != bytes) {
+    buf = AlignedBuffer(bytes);
+    float* data = static_cast<float*>(buf.data());
+    const size_t count = *n;
+    // First touch by the same static split the sum uses (page placement on
+    // a NUMA machine follows the toucher).
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < count; ++i) data[i] = 1.0f;
+  }
+  return static_cast<const float*>(buf.data());
+}
+
+Calibration Calibrate(double seconds, bool read_bandwidth) {
   Calibration c;
   c.threads = omp_get_max_threads();
   // A fixed amount of work per call, the same per thread at any thread
@@ -170,14 +186,13 @@ Calibration Calibrate(double seconds) {
       BestRate([] { return RunFmaChains(kRounds, 1); }, seconds) / 1e9;
   c.fma_gflops_all =
       BestRate([&] { return RunFmaChains(kRounds, c.threads); }, seconds) / 1e9;
-  c.read_buffer_bytes = ReadBufferBytes();
-  const size_t n = c.read_buffer_bytes / sizeof(float);
-  AlignedBuffer buf(n * sizeof(float));
-  float* data = static_cast<float*>(buf.data());
-  // First touch by the same static split the sum uses (page placement on a
-  // NUMA machine follows the toucher).
-#pragma omp parallel for num_threads(c.threads) schedule(static)
-  for (size_t i = 0; i < n; ++i) data[i] = 1.0f;
+  if (!read_bandwidth) {
+    c.read_gbps_all = std::nan("");
+    return c;
+  }
+  size_t n = 0;
+  const float* data = ReadBuffer(c.threads, &n);
+  c.read_buffer_bytes = n * sizeof(float);
   c.read_gbps_all = BestRate(
                         [&] {
                           g_sink = SumFloats(data, n, c.threads);
@@ -188,20 +203,30 @@ Calibration Calibrate(double seconds) {
   return c;
 }
 
-const Calibration& MachineCalibration() {
-  static const Calibration c = Calibrate(0.3);
+const Calibration& MachineCalibration(bool read_bandwidth) {
+  static const Calibration c = Calibrate(0.3, read_bandwidth);
   return c;
 }
 
 std::string CalibrationSummary(const Calibration& c) {
-  char buf[256];
-  std::snprintf(buf, sizeof(buf),
-                "FMA peak (%s, %d lanes, %d chains): %.1f GFLOPS on 1 thread, "
-                "%.1f GFLOPS on %d threads; read bandwidth: %.1f GB/s (%zu MiB "
-                "buffer, %d threads)",
-                kIsa, kLanes, kChains, c.fma_gflops_1t, c.fma_gflops_all,
-                c.threads, c.read_gbps_all, c.read_buffer_bytes >> 20,
-                c.threads);
+  char buf[320];
+  int len = std::snprintf(
+      buf, sizeof(buf),
+      "FMA peak (%s, %d lanes, %d chains): %.1f GFLOPS on 1 thread, "
+      "%.1f GFLOPS on %d threads; ",
+      kIsa, kLanes, kChains, c.fma_gflops_1t, c.fma_gflops_all, c.threads);
+  const size_t used = len > 0 ? static_cast<size_t>(len) : 0;
+  if (used < sizeof(buf)) {
+    if (std::isnan(c.read_gbps_all)) {
+      std::snprintf(buf + used, sizeof(buf) - used,
+                    "read bandwidth: not measured (no selected benchmark is "
+                    "memory-bound)");
+    } else {
+      std::snprintf(buf + used, sizeof(buf) - used,
+                    "read bandwidth: %.1f GB/s (%zu MiB buffer, %d threads)",
+                    c.read_gbps_all, c.read_buffer_bytes >> 20, c.threads);
+    }
+  }
   return buf;
 }
 

@@ -28,20 +28,30 @@ struct Calibration {
   int threads = 1;            // OpenMP threads of the "all threads" figures
   double fma_gflops_1t = 0;   // one thread
   double fma_gflops_all = 0;  // `threads` threads
-  double read_gbps_all = 0;   // 1e9 bytes/s, `threads` threads
+  // 1e9 bytes/s, `threads` threads; NaN when not measured (below).
+  double read_gbps_all = 0;
   size_t read_buffer_bytes = 0;
 };
 
-// Measures for about `seconds` per figure (best of >= 5 trials).
-Calibration Calibrate(double seconds);
+// Measures for about `seconds` per figure (best of >= 5 trials); the read
+// bandwidth only when `read_bandwidth` (it sums ReadBuffer(), whose first
+// touch -- the kernel zeroing 1 GiB -- is most of a calibration's cost).
+Calibration Calibrate(double seconds, bool read_bandwidth = true);
 
-// The process-wide calibration the kernel benchmarks divide by; measured on
-// first use.
-const Calibration& MachineCalibration();
+// The process-wide calibration the kernel benchmarks divide by. The first
+// call measures (with or without the read bandwidth); later calls return
+// that calibration whatever they pass.
+const Calibration& MachineCalibration(bool read_bandwidth = true);
 
 // Bytes of the read-bandwidth buffer: 8x the last-level cache, clamped to
 // [256 MiB, 1 GiB], so the sum streams from DRAM, not from L3.
 size_t ReadBufferBytes();
+
+// The process's one read-bandwidth buffer: ReadBufferBytes() of 1.0f (*n
+// floats), first touched by the static split SumFloats reads it with on
+// `threads` threads. Built on first use; the calibration and every benchmark
+// that sums it share it.
+const float* ReadBuffer(int threads, size_t* n);
 
 std::string CalibrationSummary(const Calibration& c);
 

@@ -419,16 +419,16 @@ bool TruthyFlagValue(std::string_view v) {
 
 }  // namespace
 
-bool RandomInterleavingRequested(int argc, const char* const* argv,
-                                 const char* env) {
-  constexpr std::string_view kFlag = "--benchmark_enable_random_interleaving";
+bool GoogleBenchmarkBoolFlag(int argc, const char* const* argv,
+                             std::string_view name, const char* env) {
+  const std::string flag = "--" + std::string(name);
   bool on = env != nullptr && TruthyFlagValue(env);
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    if (a == kFlag) {
+    if (a == flag) {
       on = true;
-    } else if (a.substr(0, kFlag.size() + 1) == std::string(kFlag) + "=") {
-      on = TruthyFlagValue(a.substr(kFlag.size() + 1));
+    } else if (a.substr(0, flag.size() + 1) == flag + "=") {
+      on = TruthyFlagValue(a.substr(flag.size() + 1));
     }
   }
   return on;

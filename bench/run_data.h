@@ -57,15 +57,16 @@ StatusOr<RunData> ReadGoogleBenchmarkJsonFile(const std::string& path);
 std::string ContextValue(const RunInfo& info, std::string_view key,
                          std::string_view fallback = "?");
 
-// Whether Google Benchmark (1.7) will interleave repetitions at random:
-// the last --benchmark_enable_random_interleaving[=V] in argv, else the
-// BENCHMARK_ENABLE_RANDOM_INTERLEAVING environment value `env` (nullptr when
+// The value Google Benchmark (1.7) gives its boolean flag `name` (e.g.
+// "benchmark_enable_random_interleaving"): the last --name[=V] in argv,
+// else the environment value `env` (its BENCHMARK_... variable; nullptr when
 // unset), else false; V read as Google Benchmark reads booleans ("0", "f",
 // "n", "false", "no", "off" are false; a bare flag is true). attnkit_bench
-// records it in the context (random_interleaving), because the same-run
-// ratios assume it (decode_bandwidth.h).
-bool RandomInterleavingRequested(int argc, const char* const* argv,
-                                 const char* env);
+// records random interleaving in the context (random_interleaving), because
+// the same-run ratios assume it (decode_bandwidth.h), and skips the
+// calibration when the run only lists its benchmarks.
+bool GoogleBenchmarkBoolFlag(int argc, const char* const* argv,
+                             std::string_view name, const char* env);
 
 // Google Benchmark JSON for `run` (used by tests and `bench export`): one
 // iteration entry per repetition; ParseGoogleBenchmarkJson reads it back.

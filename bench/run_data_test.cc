@@ -226,11 +226,12 @@ TEST(RunDataTest, EveryTruncationIsAStatus) {
   }
 }
 
-TEST(RunDataTest, ReadsTheRandomInterleavingFlagAsGoogleBenchmarkDoes) {
-  auto on = [](std::vector<const char*> args, const char* env = nullptr) {
+TEST(RunDataTest, ReadsABoolFlagAsGoogleBenchmarkDoes) {
+  auto on = [](std::vector<const char*> args, const char* env = nullptr,
+               std::string_view name = "benchmark_enable_random_interleaving") {
     args.insert(args.begin(), "attnkit_bench");
-    return RandomInterleavingRequested(static_cast<int>(args.size()),
-                                       args.data(), env);
+    return GoogleBenchmarkBoolFlag(static_cast<int>(args.size()), args.data(),
+                                   name, env);
   };
   EXPECT_FALSE(on({}));
   EXPECT_TRUE(on({"--benchmark_enable_random_interleaving"}));
@@ -247,6 +248,12 @@ TEST(RunDataTest, ReadsTheRandomInterleavingFlagAsGoogleBenchmarkDoes) {
   EXPECT_FALSE(on({"--benchmark_enable_random_interleaving=0"}, "true"));
   // Not the flag: another flag sharing its prefix.
   EXPECT_FALSE(on({"--benchmark_enable_random_interleaving_x=1"}));
+  // Any flag by its name: another flag is not it.
+  EXPECT_TRUE(on({"--benchmark_list_tests"}, nullptr, "benchmark_list_tests"));
+  EXPECT_FALSE(on({"--benchmark_enable_random_interleaving"}, nullptr,
+                  "benchmark_list_tests"));
+  EXPECT_FALSE(
+      on({"--benchmark_list_tests=false"}, "1", "benchmark_list_tests"));
 }
 
 TEST(RunDataTest, ExportRoundTrips) {
