@@ -101,16 +101,19 @@ struct DecodeMicroKernels {
   // O += P V over a tile of nt keys, in blocks of 4 rows x kPvCols vectors.
   //
   // When a row is wider than a block (d = 128 on AVX-512), a column block reads
-  // only part of every V row; running each column block over the whole tile
-  // would hand the hardware prefetcher a stream that skips lines and comes
-  // back for them, which it follows poorly (simd/README.md, "V in chunks").
-  // So the keys go in chunks of about 4 KiB of V, every column block of a
-  // chunk runs before the next chunk, and the other column blocks re-read
-  // the chunk from L1. Except an int8 V with a whole row block (4+ rows per
-  // kv head): its pass is bound by the widening and the multiply-adds, not
-  // by the stream, and each column block runs over the whole tile, its
-  // accumulators loaded and stored once per tile rather than once per 32
-  // keys (simd/README.md, "V in chunks").
+  // only part of every V row. On AVX-512, with rows up to 512 bytes, each
+  // column block runs over the whole tile: every row's lines are in L2 by
+  // then (the first row block's prefetch of its own columns), and a call per
+  // 4 KiB chunk of keys cost more than it saved -- each call loads and
+  // stores its 16 accumulators, and GCC 12 moves them through the stack on
+  // the way (simd/README.md, "V in chunks"). Narrower ISAs and wider rows
+  // (not measured) keep the chunks of about 4 KiB of V, every column block
+  // of a chunk before the next, the others re-reading the chunk from L1:
+  // without the software prefetch, a stream that skips lines and comes back
+  // for them was followed poorly by the hardware prefetcher. An int8 V with
+  // a whole row block (4+ rows per kv head) runs whole tiles on every ISA:
+  // its pass is bound by the widening and the multiply-adds, not by the
+  // stream.
   //
   // pf_rows: rows that exist from vbase on (the keys left in the work item):
   // the first row block prefetches rows PrefetchKeys() ahead up to there; 0
@@ -127,9 +130,11 @@ struct DecodeMicroKernels {
                                           const T* vbase, int64_t vs, float* o,
                                           int64_t pf_rows) {
     const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
-    const int64_t chunk = De <= kPvCols * W || (sizeof(T) == 1 && R >= 4)
-                              ? nt
-                              : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
+    const bool whole_tile = De <= kPvCols * W ||
+                            (W >= 16 && row_bytes <= 512) ||
+                            (sizeof(T) == 1 && R >= 4);
+    const int64_t chunk =
+        whole_tile ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
     const int64_t ahead_keys = PrefetchKeys(row_bytes);
     for (int64_t j0 = 0; j0 < nt; j0 += chunk) {
       const int64_t nj = nt - j0 < chunk ? nt - j0 : chunk;
