@@ -17,6 +17,7 @@
 #ifndef ATTNKIT_SIMD_DECODE_KERNEL_H_
 #define ATTNKIT_SIMD_DECODE_KERNEL_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -598,10 +599,19 @@ struct DecodeKernel {
           ScaleKeys(it, t, a.v_scale, it.job.kv_head + hk, hk * it.Rh, jb);
     }
     if (heads > 1 && !it.tv && it.in_place) {
-      for (int64_t j = 0; j < t.nt; j += W)
+      // Blocks of keys spanning about 64 KiB of position rows (at least W
+      // keys): each is one P.V call per head, which loads and stores its
+      // accumulators, so short position rows (bf16 Hkv 8: 2 KiB) take more
+      // keys per call; wide ones (Hkv 32) keep W, their rows read whole in
+      // address order (simd/README.md, "BSHD decode items").
+      const int64_t row_bytes = a.v.strides[2] * it.esize;
+      const int64_t span = std::clamp<int64_t>(
+          (int64_t{64} << 10) / std::max<int64_t>(row_bytes, 1) / W * W, W,
+          kDecodeTileKeys);
+      for (int64_t j = 0; j < t.nt; j += span)
         for (int64_t hk = 0; hk < heads; ++hk)
           PvInPlace(it, t, it.job.kv_head + hk, hk * it.Rh, j,
-                    t.nt - j < W ? t.nt - j : W);
+                    t.nt - j < span ? t.nt - j : span);
       return;
     }
     for (int64_t hk = 0; hk < heads; ++hk) {
