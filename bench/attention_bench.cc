@@ -1217,16 +1217,13 @@ int main(int argc, char** argv) {
   for (const std::string& s : SkipLog()) {
     std::fprintf(stderr, "attnkit_bench: not registered: %s\n", s.c_str());
   }
-  if (listing) {
-    // Names only: nothing runs, so nothing to calibrate.
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
+  if (!listing) {  // a listing runs nothing, so it calibrates nothing
+    const Calibration& cal =
+        MachineCalibration(SelectionNeedsReadBandwidth(argc, argv));
+    std::fprintf(stderr, "attnkit_bench: %s\n",
+                 CalibrationSummary(cal).c_str());
+    AddContext(cal, interleaved);
   }
-  const Calibration& cal =
-      MachineCalibration(SelectionNeedsReadBandwidth(argc, argv));
-  std::fprintf(stderr, "attnkit_bench: %s\n", CalibrationSummary(cal).c_str());
-  AddContext(cal, interleaved);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

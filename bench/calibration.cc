@@ -209,24 +209,20 @@ const Calibration& MachineCalibration(bool read_bandwidth) {
 }
 
 std::string CalibrationSummary(const Calibration& c) {
-  char buf[320];
-  int len = std::snprintf(
-      buf, sizeof(buf),
-      "FMA peak (%s, %d lanes, %d chains): %.1f GFLOPS on 1 thread, "
-      "%.1f GFLOPS on %d threads; ",
-      kIsa, kLanes, kChains, c.fma_gflops_1t, c.fma_gflops_all, c.threads);
-  const size_t used = len > 0 ? static_cast<size_t>(len) : 0;
-  if (used < sizeof(buf)) {
-    if (std::isnan(c.read_gbps_all)) {
-      std::snprintf(buf + used, sizeof(buf) - used,
-                    "read bandwidth: not measured (no selected benchmark is "
-                    "memory-bound)");
-    } else {
-      std::snprintf(buf + used, sizeof(buf) - used,
-                    "read bandwidth: %.1f GB/s (%zu MiB buffer, %d threads)",
-                    c.read_gbps_all, c.read_buffer_bytes >> 20, c.threads);
-    }
+  char read[128];
+  if (std::isnan(c.read_gbps_all)) {
+    std::snprintf(read, sizeof(read),
+                  "not measured (no selected benchmark is memory-bound)");
+  } else {
+    std::snprintf(read, sizeof(read), "%.1f GB/s (%zu MiB buffer, %d threads)",
+                  c.read_gbps_all, c.read_buffer_bytes >> 20, c.threads);
   }
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "FMA peak (%s, %d lanes, %d chains): %.1f GFLOPS on 1 thread, "
+                "%.1f GFLOPS on %d threads; read bandwidth: %s",
+                kIsa, kLanes, kChains, c.fma_gflops_1t, c.fma_gflops_all,
+                c.threads, read);
   return buf;
 }
 
