@@ -180,10 +180,79 @@ void Emitter::rescaleAcc() {
   });
 }
 
+/// The transpose of 16 vectors of 16 lanes (row i, lane j -> row j, lane
+/// i): four rounds of two-source shuffles, round k swapping bit k of the row
+/// index with bit k of the lane index.
+SmallVector<Value> Emitter::transpose16(SmallVector<Value> m) {
+  assert(m.size() == kLanes && "16 vectors");
+  for (int64_t h = 1; h < kLanes; h *= 2) {
+    SmallVector<int64_t> lo(kLanes), hi(kLanes);
+    for (int64_t j = 0; j < kLanes; ++j) {
+      lo[j] = (j & h) ? kLanes + j - h : j;
+      hi[j] = (j & h) ? kLanes + j : j + h;
+    }
+    for (int64_t i = 0; i < kLanes; ++i) {
+      if (i & h)
+        continue;
+      Value a = m[i], b = m[i + h];
+      m[i] = vector::ShuffleOp::create(b_, loc_, a, b, lo);
+      m[i + h] = vector::ShuffleOp::create(b_, loc_, a, b, hi);
+    }
+  }
+  return m;
+}
+
+/// out = accᵀ / l for a transposed accumulator ([D][R]), 16 rows by 16 dims
+/// at a time through transpose16, each row's 16 dims one vector store
+/// (element by element, every load 4·R bytes past the last, it cost the
+/// query tiles of short prefills more than the layout saved), rows i < bq
+/// only.
+void Emitter::storeTransposedOut(Value i0, Value bq) {
+  const int64_t full = f_.d / kLanes * kLanes;
+  for (int64_t r0 = 0; r0 < rows_; r0 += kLanes) {
+    // A vector of rows lies in one head: BQ is a multiple of 16.
+    const int64_t g = r0 / f_.bq, ibase = r0 % f_.bq;
+    Value l = loadV(lrow_, {cI(r0)}, kLanes);
+    Value empty = arith::CmpFOp::create(b_, loc_, arith::CmpFPredicate::OEQ, l,
+                                        splatF(0.0f, kLanes));
+    Value inv = arith::SelectOp::create(
+        b_, loc_, empty, splatF(0.0f, kLanes),
+        arith::DivFOp::create(b_, loc_, splatF(1.0f, kLanes), l));
+    Value valid = sub(bq, cI(ibase)); // rows r0 + i, i < valid, are in bq
+    auto inTile = [&](int64_t i) {
+      return arith::CmpIOp::create(b_, loc_, arith::CmpIPredicate::slt, cI(i),
+                                   valid);
+    };
+    if (full)
+      loop(cI(0), cI(full), cI(kLanes), [&](Value d0) {
+        SmallVector<Value> cols;
+        for (int64_t k = 0; k < kLanes; ++k)
+          cols.push_back(
+              fmul(loadV(acc_, {add(d0, cI(k)), cI(r0)}, kLanes), inv));
+        SmallVector<Value> rowsOut = transpose16(cols);
+        for (int64_t i = 0; i < kLanes; ++i)
+          ifThen(inTile(i), [&] {
+            storeV(rowsOut[i], f_.out, {cI(g), add(i0, cI(ibase + i)), d0});
+          });
+      });
+    if (full < f_.d)
+      loop(cI(full), cI(f_.d), cI(1), [&](Value dd) {
+        Value x = fmul(loadV(acc_, {dd, cI(r0)}, kLanes), inv);
+        for (int64_t i = 0; i < kLanes; ++i)
+          ifThen(inTile(i), [&] {
+            storeS(vector::ExtractOp::create(b_, loc_, x, ArrayRef<int64_t>{i}),
+                   f_.out, {cI(g), add(i0, cI(ibase + i)), dd});
+          });
+      });
+  }
+}
+
 /// out = acc / l (0 for an empty row), lse = (m + log2 l) ln 2 (-inf when
 /// empty), for the rows i < bq only.
 void Emitter::epilogue(Value i0, Value bq) {
   const float negInf = -std::numeric_limits<float>::infinity();
+  if (accTransposed_)
+    storeTransposedOut(i0, bq);
   loop(cI(0), cI(rows_), cI(1), [&](Value r) {
     Value g = arith::DivUIOp::create(b_, loc_, r, cI(f_.bq));
     Value i = arith::RemUIOp::create(b_, loc_, r, cI(f_.bq));
@@ -197,11 +266,7 @@ void Emitter::epilogue(Value i0, Value bq) {
       Value inv = arith::SelectOp::create(
           b_, loc_, empty, zero, arith::DivFOp::create(b_, loc_, cF(1.0f), l));
       Value row = add(i0, i);
-      if (accTransposed_) {
-        loop(cI(0), cI(f_.d), cI(1), [&](Value dd) {
-          storeS(fmul(loadS(acc_, {dd, r}), inv), f_.out, {g, row, dd});
-        });
-      } else {
+      if (!accTransposed_) {
         for (auto [o, w] : chunks(f_.d))
           storeV(fmul(loadV(acc_, {r, cI(o)}, w), splat(inv, w)), f_.out,
                  {g, row, cI(o)});
@@ -253,7 +318,7 @@ void Emitter::emit() {
   scf::ForOp outer = f_.outer;
   rows_ = f_.g * f_.bq;
   const bool prefill = f_.bq % kLanes == 0;
-  accTransposed_ = prefill && f_.vTransposed;
+  accTransposed_ = prefill;
   dot_ = bf16DotAllowed_ && elemOf(f_.q).isBF16() && elemOf(f_.k).isBF16();
   // Q as packed for QKᵀ: prefill Qᵀ[D][R] in f32, or for vdpbf16ps in bf16
   // pairs of dims, [D/2][R][2] (an odd D's last pair padded with 0); decode

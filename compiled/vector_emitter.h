@@ -292,9 +292,11 @@ private:
   void pvRows(Value j0, Value bk, function_ref<Value(Value j, Value r)> pAt,
               Value r0, int64_t rows, bool rescale = true);
   void rescaleAcc();
-  void pvTransposedPrefill(Value j0, Value bk);
+  void pvTransposedPrefill(Value j0, Value bk, ArrayRef<Value> keyEnd);
   void pvTransposedDecode(Value j0, Value bk);
   Value transposeReduce(SmallVector<Value> acc);
+  SmallVector<Value> transpose16(SmallVector<Value> m);
+  void storeTransposedOut(Value i0, Value bq);
   void qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb, Value from,
                      Value to);
   void epilogue(Value i0, Value bq);

@@ -19,9 +19,11 @@
 //   (16 accumulators, 4 loads + 4 broadcasts per 16 FMAs), no per-tile
 //   transpose of K. Scores live as Sᵀ[BK][R]: the online softmax runs along
 //   rows as plain vector ops (row max/sum are elementwise across keys, no
-//   horizontal reductions). P·V: acc[R][D] += Pᵀ[j][r] (broadcast) x V[j][:]
-//   (contiguous rows), register block 4 rows x 64 columns; for transposed V
-//   the accumulator is accᵀ[D][R] and V[d][j] is broadcast instead.
+//   horizontal reductions). P·V: accᵀ[D][R] += V(j, d) (broadcast) x Pᵀ[j][:]
+//   (contiguous Pᵀ rows), register block 4 dims x 64 rows, for every V
+//   layout (V[j][d] or Vᵀ[d][j]); the epilogue transposes accᵀ back 16 x 16
+//   in registers. (An acc[R][D] fed by contiguous V rows, bf16 widened per
+//   load, took 1.02-1.04x the time of bf16 prefills; see pvTransposedPrefill.)
 //
 // * decode (any other query tile; the backend uses 1). R = G*BQ is small, so
 //   the kernel streams K rows at full vector width: s[r][j] = reduce(K[j][:] x

@@ -8,35 +8,61 @@ using namespace mlir;
 
 namespace attnkit::compiled::vectorize {
 
-/// Transposed V, prefill kernel: accᵀ[d][r-vector] = accᵀ * alpha +
-/// sum_j Vᵀ[d][j0+j] (broadcast) * Pᵀ[j][r-vector]; blocks of 4 d x 4 vectors.
-void Emitter::pvTransposedPrefill(Value j0, Value bk) {
+/// P·V into the transposed accumulator: accᵀ[d][r-vector] = accᵀ * alpha +
+/// sum_j V(j0+j, d) (broadcast; V or Vᵀ as stored) * Pᵀ[j][r-vector];
+/// blocks of 4 d x 4 vectors. With `keyEnd` (a causal tile's diagonal, see
+/// emitPrefill) vector v takes the keys [0, keyEnd[v]) only: the keys
+/// [keyEnd[s-1], keyEnd[s]) in a loop that updates vectors s.. .
+/// For V[j][d] too: against acc[R][D] += P (broadcast) x V rows (bf16 rows
+/// widened at every load), `./attnkit bench ab`, 8 rounds, time after /
+/// before: bf16 prefill S 512 / 2048 0.97-0.98x (0-1 of 8 rounds slower),
+/// f32 S 2048 0.99-1.00x, causal S 256-512 0.97-1.02x (Zen 4 EPYC, GCC 12.2,
+/// LLVM 22, 2026-11-26). Summing every key of a diagonal tile instead of
+/// keyEnd's (P zeroed past them) cost causal MHA S 256 1.13x.
+void Emitter::pvTransposedPrefill(Value j0, Value bk, ArrayRef<Value> keyEnd) {
   const int64_t rv = rows_ / kLanes, rvb = std::min<int64_t>(rv, 4);
+  // (first key, end key, first vector updated)
+  SmallVector<std::tuple<Value, Value, int64_t>> runs;
+  if (keyEnd.empty()) {
+    runs.push_back({cI(0), bk, 0});
+  } else {
+    Value k0 = cI(0);
+    for (int64_t s = 0; s < rv; ++s) {
+      runs.push_back({k0, keyEnd[s], s});
+      k0 = keyEnd[s];
+    }
+  }
   auto block = [&](Value d0, int64_t db) {
     for (int64_t v0 = 0; v0 < rv; v0 += rvb) {
       const int64_t nv = std::min(rvb, rv - v0);
-      SmallVector<Value> dIdx, inits;
+      SmallVector<Value> dIdx, res;
       for (int64_t x = 0; x < db; ++x)
         dIdx.push_back(add(d0, cI(x)));
       for (int64_t x = 0; x < db; ++x)
         for (int64_t y = 0; y < nv; ++y) {
           Value col = cI((v0 + y) * kLanes);
-          inits.push_back(fmul(loadV(acc_, {dIdx[x], col}, kLanes),
-                               loadV(alpha_, {col}, kLanes)));
+          res.push_back(fmul(loadV(acc_, {dIdx[x], col}, kLanes),
+                             loadV(alpha_, {col}, kLanes)));
         }
-      SmallVector<Value> res =
-          loop(cI(0), bk, cI(1), inits, [&](Value j, ValueRange a) {
-            SmallVector<Value> pv, out;
-            for (int64_t y = 0; y < nv; ++y)
-              pv.push_back(loadV(scores_, {j, cI((v0 + y) * kLanes)}, kLanes));
-            Value key = add(j0, j);
-            for (int64_t x = 0; x < db; ++x) {
-              Value vt = splat(loadS(f_.v, {dIdx[x], key}), kLanes);
-              for (int64_t y = 0; y < nv; ++y)
-                out.push_back(fma(vt, pv[y], a[x * nv + y]));
-            }
-            return out;
-          });
+      for (auto [from, to, first] : runs) {
+        if (first >= v0 + nv)
+          continue; // no vector of this block sees these keys
+        const int64_t y0 = std::max<int64_t>(first - v0, 0);
+        res = loop(from, to, cI(1), res, [&](Value j, ValueRange a) {
+          SmallVector<Value> pv(nv), out(a.begin(), a.end());
+          for (int64_t y = y0; y < nv; ++y)
+            pv[y] = loadV(scores_, {j, cI((v0 + y) * kLanes)}, kLanes);
+          Value key = add(j0, j);
+          for (int64_t x = 0; x < db; ++x) {
+            Value vt = splat(f_.vTransposed ? loadS(f_.v, {dIdx[x], key})
+                                            : loadS(f_.v, {key, dIdx[x]}),
+                             kLanes);
+            for (int64_t y = y0; y < nv; ++y)
+              out[x * nv + y] = fma(vt, pv[y], a[x * nv + y]);
+          }
+          return out;
+        });
+      }
       for (int64_t x = 0; x < db; ++x)
         for (int64_t y = 0; y < nv; ++y)
           storeV(res[x * nv + y], acc_, {dIdx[x], cI((v0 + y) * kLanes)});
@@ -149,8 +175,8 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi,
       });
     };
     // keyEnd[v]: the keys of the tile vector v computes (its scores past
-    // them stay unset: the mask gives those keys -inf; the softmax stops
-    // there, and so does P·V, or for transposed V it reads them zeroed).
+    // them stay unset: the mask gives those keys -inf; the softmax and P·V
+    // stop there).
     SmallVector<Value> keyEnd;
     if (vectorHi.empty()) {
       const int64_t rvb = std::min<int64_t>(rv, 4);
@@ -225,11 +251,6 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi,
       storeV(fma(lOld, alpha, sum), lrow_, {col});
       storeV(mn, mrow_, {col});
       storeV(alpha, alpha_, {col});
-      // Transposed V's P·V reads P of every key of the tile.
-      if (accTransposed_ && !keyEnd.empty())
-        loop(kEnd, bk, cI(1), [&](Value j) {
-          storeV(splatF(0.0f, kLanes), scores_, {j, col});
-        });
     };
     if (keyEnd.empty())
       loop(cI(0), cI(rv), cI(1), [&](Value vi) { softmax(vi, bk); });
@@ -239,7 +260,7 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi,
     // P·V.
     auto pAt = [&](Value j, Value r) { return loadS(scores_, {j, r}); };
     if (accTransposed_) {
-      pvTransposedPrefill(j0, bk);
+      pvTransposedPrefill(j0, bk, keyEnd);
     } else if (keyEnd.empty()) {
       // R = 16 G: whole blocks of 4 rows.
       loop(cI(0), cI(rows_), cI(4),

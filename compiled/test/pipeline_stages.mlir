@@ -23,11 +23,11 @@
 // FUSED: scf.for %{{.*}} = %[[LO]] to
 
 // The vectorized stage: tiles are allocas at function entry (Qᵀ packed
-// [D][R], Sᵀ [BK][R], acc [R][D] for R = 4 heads x 16 rows), nothing on the
-// heap, no copies; QKᵀ is a d-loop carrying 4 keys x 4 row-vectors = 16
+// [D][R], Sᵀ [BK][R], accᵀ [D][R] for R = 4 heads x 16 rows), nothing on
+// the heap, no copies; QKᵀ is a d-loop carrying 4 keys x 4 row-vectors = 16
 // vector<16xf32> accumulators, then the online softmax on vectors, then P·V
-// as a key loop carrying 16 accumulators (4 rows x 64 columns).
-// VEC-DAG: memref.alloca() {{.*}} : memref<64x128xf32>
+// as a key loop carrying 16 accumulators (4 dims x 4 row-vectors).
+// VEC-DAG: memref.alloca() {{.*}} : memref<128x64xf32>
 // VEC-DAG: memref.alloca() {{.*}} : memref<64x64xf32>
 // VEC-DAG: memref.alloca() {{.*}} : memref<128x64xf32>
 // VEC-NOT: memref.alloc(
