@@ -318,6 +318,8 @@ void Emitter::emit() {
   scf::ForOp outer = f_.outer;
   rows_ = f_.g * f_.bq;
   const bool prefill = f_.bq % kLanes == 0;
+  // Prefill accumulates Oᵀ[D][R] for every V layout (pvTransposedPrefill);
+  // decode O[R][D].
   accTransposed_ = prefill;
   dot_ = bf16DotAllowed_ && elemOf(f_.q).isBF16() && elemOf(f_.k).isBF16();
   // Q as packed for QKᵀ: prefill Qᵀ[D][R] in f32, or for vdpbf16ps in bf16

@@ -257,19 +257,8 @@ void Emitter::emitPrefill(Value i0, Value bq, Value lo, Value hi,
     else
       for (int64_t v = 0; v < rv; ++v)
         softmax(cI(v), keyEnd[v]);
-    // P·V.
-    auto pAt = [&](Value j, Value r) { return loadS(scores_, {j, r}); };
-    if (accTransposed_) {
-      pvTransposedPrefill(j0, bk, keyEnd);
-    } else if (keyEnd.empty()) {
-      // R = 16 G: whole blocks of 4 rows.
-      loop(cI(0), cI(rows_), cI(4),
-           [&](Value r0) { pvRows(j0, bk, pAt, r0, 4); });
-    } else {
-      for (int64_t v = 0; v < rv; ++v)
-        loop(cI(v * kLanes), cI((v + 1) * kLanes), cI(4),
-             [&](Value r0) { pvRows(j0, keyEnd[v], pAt, r0, 4); });
-    }
+    // P·V (the prefill accumulator is always accᵀ, see emit()).
+    pvTransposedPrefill(j0, bk, keyEnd);
   });
   epilogue(i0, bq);
 }
