@@ -263,10 +263,11 @@ void Emitter::epilogue(Value i0, Value bq) {
       Value zero = cF(0.0f);
       Value empty =
           arith::CmpFOp::create(b_, loc_, arith::CmpFPredicate::OEQ, l, zero);
-      Value inv = arith::SelectOp::create(
-          b_, loc_, empty, zero, arith::DivFOp::create(b_, loc_, cF(1.0f), l));
       Value row = add(i0, i);
-      if (!accTransposed_) {
+      if (!accTransposed_) { // accᵀ: storeTransposedOut wrote the rows
+        Value inv = arith::SelectOp::create(
+            b_, loc_, empty, zero,
+            arith::DivFOp::create(b_, loc_, cF(1.0f), l));
         for (auto [o, w] : chunks(f_.d))
           storeV(fmul(loadV(acc_, {r, cI(o)}, w), splat(inv, w)), f_.out,
                  {g, row, cI(o)});
