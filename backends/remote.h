@@ -122,7 +122,6 @@ class RemoteBackend final : public Backend {
   std::vector<uint64_t> released_;  // of those, freed here since
   std::vector<uint64_t> new_ids_;   // segments this request introduces
   std::vector<uint64_t> new_sizes_;
-  size_t header_fixup_ = 0;  // where new/released counts go
   struct Staged {
     std::byte* user = nullptr;
     size_t scratch_offset = 0;
