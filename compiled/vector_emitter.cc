@@ -264,7 +264,8 @@ void Emitter::epilogue(Value i0, Value bq) {
       Value empty =
           arith::CmpFOp::create(b_, loc_, arith::CmpFPredicate::OEQ, l, zero);
       Value row = add(i0, i);
-      if (!accTransposed_) { // accᵀ: storeTransposedOut wrote the rows
+      // A transposed acc's rows are already out (storeTransposedOut above).
+      if (!accTransposed_) {
         Value inv = arith::SelectOp::create(
             b_, loc_, empty, zero,
             arith::DivFOp::create(b_, loc_, cF(1.0f), l));
