@@ -234,7 +234,35 @@ struct XVec {
   // 2^x for x <= ~9 (callers guarantee it); x <= -127 and -inf give +0, so a
   // masked logit contributes exactly nothing; NaN stays NaN. max/min take
   // the constant first: on x86 they return the second operand for a NaN.
+  // (microkernel_test's Exp2KeepsItsContract checks this on every ISA.)
   static V Exp2(const V& x) {
+#if defined(__AVX512F__)
+    // p * 2^n in one vscalefps, zeroed below -125.5 by its write mask: 13
+    // vector uops instead of 16 (the clamp, the integer exponent's three
+    // ops and the multiply), the same value wherever 2^x is a normal float.
+    // The mask, not a clamp, makes the zeros: a vscalefps whose result
+    // underflows costs a microcode assist on Intel cores (without the mask
+    // a causal MHA prefill, whose masked scores all take that path, ran
+    // 1.2x slower; Xeon family 6 model 207, GCC 12.2, 2026-11-27).
+    if constexpr (W == 16) {
+      const __m512 xc = _mm512_min_ps(_mm512_set1_ps(64.0f), x);
+      // Not (x < -125.5): NaN lanes stay in, and stay NaN.
+      const __mmask16 keep =
+          _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.5f), _CMP_NLT_UQ);
+      const __m512 n = _mm512_roundscale_ps(
+          xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      // Masked too: -inf - -inf would raise the invalid-operation flag.
+      const __m512 f = _mm512_maskz_sub_ps(keep, xc, n);
+      __m512 p = _mm512_set1_ps(kE0);
+      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kE1));
+      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kE2));
+      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kE3));
+      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kE4));
+      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kE5));
+      p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+      return V(_mm512_maskz_scalef_ps(keep, p, n));
+    }
+#endif
     V xc = xsimd::min(V(64.0f), xsimd::max(V(-127.0f), x));
     V n = xsimd::nearbyint(xc);
     V f = xc - n;

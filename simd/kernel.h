@@ -153,6 +153,8 @@ struct TileSteps {
 struct KernelSteps {
   Isa isa;
   TileSteps prefill, decode;
+  // out[i] = the softmax's 2^x[i] as both paths compute it, i < n.
+  void (*exp2)(const float* x, int64_t n, float* out);
 };
 const KernelSteps& ScalarSteps();
 const KernelSteps& Avx2Steps();

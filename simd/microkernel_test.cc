@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -377,6 +378,38 @@ TEST_P(MicroKernelTest, CheckerCatchesOneWrongElement) {
       }
       EXPECT_EQ(failures.size(), 2) << PathName(path) << " " << DTypeName(dt);
     }
+  }
+}
+
+// The softmax's exp2, whatever instructions an ISA computes it with: a
+// masked logit (-inf, or anything at or below -127) gives exactly +0, NaN
+// stays NaN, exp2(0) is exactly 1 (an unchanged max rescales nothing),
+// integers give their power of two exactly, and the rest is within 3 ulp of
+// exp2 in double down to where the result is no longer a normal float.
+TEST_P(MicroKernelTest, Exp2KeepsItsContract) {
+  const KernelSteps& steps = *StepsFor(GetParam());
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {-inf,    -1e30f,  -200.0f,       -150.0f,
+                          -127.5f, -127.0f, std::nanf(""), 0.0f};
+  const size_t zeros = 6;
+  for (int n = -125; n <= 9; ++n) x.push_back(static_cast<float>(n));
+  const size_t exact = x.size();
+  for (float v = -125.0f; v <= 9.0f; v += 0.0137f) x.push_back(v);
+  std::vector<float> y(x.size(), -1.0f);
+  steps.exp2(x.data(), static_cast<int64_t>(x.size()), y.data());
+  for (size_t i = 0; i < zeros; ++i) {
+    EXPECT_EQ(y[i], 0.0f) << "exp2(" << x[i] << ")";
+    EXPECT_FALSE(std::signbit(y[i])) << "exp2(" << x[i] << ")";
+  }
+  EXPECT_TRUE(std::isnan(y[6])) << "exp2(NaN) = " << y[6];
+  EXPECT_EQ(y[7], 1.0f);
+  for (size_t i = 8; i < exact; ++i)
+    EXPECT_EQ(y[i], std::ldexp(1.0f, static_cast<int>(x[i])))
+        << "exp2(" << x[i] << ")";
+  for (size_t i = exact; i < x.size(); ++i) {
+    const double want = std::exp2(static_cast<double>(x[i]));
+    const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    ASSERT_LE(std::abs(y[i] - want), 3 * ulp) << "exp2(" << x[i] << ")";
   }
 }
 

@@ -92,13 +92,22 @@ struct Steps {
     for (int64_t r = 0; r < rows.count; ++r)
       for (int64_t e = 0; e < d; ++e) out[r * d + e] = it.o[r * De + e];
   }
+  static void Exp2(const float* x, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; i += W) {
+      alignas(64) float in[W], res[W];
+      for (int64_t k = 0; k < W; ++k) in[k] = i + k < n ? x[i + k] : 0.0f;
+      X::Store(res, X::Exp2(X::Load(in)));
+      for (int64_t k = 0; k < W && i + k < n; ++k) out[i + k] = res[k];
+    }
+  }
 };
 
 template <class X>
 const KernelSteps& MakeSteps(Isa isa) {
   static const KernelSteps steps{isa,
                                  {&Steps<X>::PrefillQk, &Steps<X>::PrefillPv},
-                                 {&Steps<X>::DecodeQk, &Steps<X>::DecodePv}};
+                                 {&Steps<X>::DecodeQk, &Steps<X>::DecodePv},
+                                 &Steps<X>::Exp2};
   return steps;
 }
 
