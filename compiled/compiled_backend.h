@@ -5,6 +5,7 @@
 #include "compiled/jit.h"
 #include "compiled/kernel_spec.h"
 #include "runtime/backend.h"
+#include "runtime/cpu_features.h"
 
 #include <memory>
 
@@ -12,8 +13,9 @@ namespace attnkit::compiled {
 
 /// The specialization a problem needs (lengths never enter it). A bf16
 /// problem's QKᵀ runs on vdpbf16ps when `bf16Dot` allows it and this CPU has
-/// AVX512_BF16.
-KernelSpec specFor(const AttentionProblem &p, bool bf16Dot = true);
+/// AVX512_BF16; by default where that instruction also outruns f32 FMAs.
+KernelSpec specFor(const AttentionProblem &p,
+                   bool bf16Dot = CpuBf16DotPays());
 /// KV heads per call of a headed decode kernel (KernelSpec::headed): all of
 /// them unless their per-head state would take more than 256 KiB of stack;
 /// specFor picks the headed kernel only for bands of 2 or more.
@@ -24,8 +26,10 @@ KernelCache &globalKernelCache();
 
 struct CompiledBackendOptions {
   /// bf16 QKᵀ on vdpbf16ps where the CPU has it (specFor); false keeps the
-  /// widened f32 FMAs, e.g. to test that path on such a CPU.
-  bool bf16Dot = true;
+  /// widened f32 FMAs. By default only where vdpbf16ps outruns the FMAs
+  /// (CpuBf16DotPays: not on the Xeon of runtime/cpu_features.h, where the
+  /// widened QKᵀ is the faster one); tests set it to run either path.
+  bool bf16Dot = CpuBf16DotPays();
 };
 
 std::unique_ptr<Backend> MakeCompiledBackend(CompiledBackendOptions options);

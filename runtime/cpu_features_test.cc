@@ -13,5 +13,21 @@ TEST(CpuFeaturesTest, Avx512Bf16AgreesWithTheCompilersDetection) {
   EXPECT_EQ(CpuHasAvx512Bf16(), __builtin_cpu_supports("avx512bf16") != 0);
 }
 
+// The probe behind the kernels' bf16 QK^T choice: no ratio without the
+// instruction, a positive one with it, the same value on every call (measured
+// once), and the choice follows it.
+TEST(CpuFeaturesTest, Bf16DotProbeIsMeasuredOnceAndDecides) {
+  const double ratio = CpuBf16DotMacRatio();
+  if (!CpuHasAvx512Bf16()) {
+    EXPECT_EQ(ratio, 0.0);
+    EXPECT_FALSE(CpuBf16DotPays());
+    return;
+  }
+  EXPECT_GT(ratio, 0.0);
+  EXPECT_LT(ratio, 16.0) << "more than 8 vdpbf16ps per FMA: a broken probe";
+  EXPECT_EQ(CpuBf16DotMacRatio(), ratio);
+  EXPECT_EQ(CpuBf16DotPays(), ratio > 1.25);
+}
+
 }  // namespace
 }  // namespace attnkit

@@ -9,9 +9,13 @@ const KernelOps& Avx512Ops() {
   return avx512::MakeOps<avx512::XVec<xsimd::avx512bw, false>>(Isa::kAvx512);
 }
 
+// The avx512bf16 kernels differ only in taking bf16 QK^T through vdpbf16ps:
+// chosen where that instruction outruns widening to f32 FMAs (on the Xeon of
+// CpuBf16DotMacRatio it made a bf16 prefill 1.55x slower than f32).
+// SimdOptions::isa still selects them on any CPU that has AVX512_BF16.
 template <>
 const KernelOps* SelectOps::operator()(xsimd::avx512bw) const {
-  return CpuHasAvx512Bf16() ? &Avx512Bf16Ops() : &Avx512Ops();
+  return CpuBf16DotPays() ? &Avx512Bf16Ops() : &Avx512Ops();
 }
 
 }  // namespace attnkit::simd::internal
