@@ -459,9 +459,9 @@ struct PrefillKernel {
       for (int64_t r = 0; r < rows.count; ++r)
         MaskRow<RV * W>(rows, r, j0, nt, job.args->bias.strides[3], st + r);
     }
-    // The tile's max per row vector: 2 x RV independent chains (one chain
-    // per vector waited out vmaxps' latency key after key: ~3% of a
-    // prefill's time on a 2-FMA-port core).
+    // The tile's max per row vector: 2 x RV independent chains, RV in a
+    // masked tile (one chain per vector waited out vmaxps' latency key
+    // after key: ~3% of a prefill's time on a 2-FMA-port core).
     V tmax[RV], tmax2[RV];
     for (int rv = 0; rv < RV; ++rv) tmax[rv] = tmax2[rv] = X::Set(kNegInf);
     if (lane_mask) {
