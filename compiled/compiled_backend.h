@@ -14,8 +14,7 @@ namespace attnkit::compiled {
 /// The specialization a problem needs (lengths never enter it). A bf16
 /// problem's QKᵀ runs on vdpbf16ps when `bf16Dot` allows it and this CPU has
 /// AVX512_BF16; by default where that instruction also outruns f32 FMAs.
-KernelSpec specFor(const AttentionProblem &p,
-                   bool bf16Dot = CpuBf16DotPays());
+KernelSpec specFor(const AttentionProblem &p, bool bf16Dot = CpuBf16DotPays());
 /// KV heads per call of a headed decode kernel (KernelSpec::headed): all of
 /// them unless their per-head state would take more than 256 KiB of stack;
 /// specFor picks the headed kernel only for bands of 2 or more.
