@@ -42,7 +42,8 @@ struct DecodeKernel {
   // ---- the steps of a work item
   // What every step reads: the job, its rows, how its K and V are read, and
   // the workspace regions. Q [R][De] (f32, zero padded) or [R][d] (bf16 for
-  // vdpbf16ps); S / P [R][kDecodeTileKeys]; O [R][De].
+  // vdpbf16ps); S / P [R][tile]; O
+  // [R][De].
   struct Item {
     ATTNKIT_SIMD_STEP Item(const BlockJob& j, const Rows& rs, float* ws,
                            const WorkspaceLayout& L)
@@ -59,6 +60,7 @@ struct DecodeKernel {
           bf16(kv == DType::kBF16),
           i8(kv == DType::kI8),
           tv(p.layout == KvLayout::kTransposedV),
+          tile(DecodeTileKeys(p.layout, kv)),
           dot(X::kBf16Dot && d % 32 == 0 &&
               (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkInPlace))),
           in_place(d % W == 0),
@@ -85,6 +87,7 @@ struct DecodeKernel {
     const int64_t end;  // one past the last key any row sees
     const DType kv;     // K/V storage (q is f32 or bf16 on its own)
     const bool bf16, i8, tv;
+    const int64_t tile;   // keys per tile (DecodeTileKeys)
     const bool dot;       // QK^T on vdpbf16ps: q bf16, K bf16 or int8
     const bool in_place;  // K and V rows read in place: d % W == 0
     const DType k_type;   // K rows as QK^T reads them (widened in registers)
@@ -179,10 +182,9 @@ struct DecodeKernel {
   ATTNKIT_SIMD_STEP static AheadRows NextVtRows(const Item& it, const Tile& t,
                                                 int64_t kvh, int64_t e0,
                                                 int64_t ne) {
-    const int64_t next = t.j0 + kDecodeTileKeys;
+    const int64_t next = t.j0 + it.tile;
     if (next >= it.end || ne <= 0) return AheadRows{};
-    const int64_t nk =
-        it.end - next < kDecodeTileKeys ? it.end - next : kDecodeTileKeys;
+    const int64_t nk = it.end - next < it.tile ? it.end - next : it.tile;
     return AheadRows{
         it.vdata + it.a.v.Offset(it.job.batch, kvh, next, e0) * it.esize,
         it.a.v.strides[3] * it.esize, ne, nk * it.esize};
@@ -209,20 +211,20 @@ struct DecodeKernel {
     for (int64_t r0 = s0; r0 < s0 + Rh; r0 += kQkRowGroup) {
       const int rn = static_cast<int>(s0 + Rh - r0 < kQkRowGroup ? s0 + Rh - r0
                                                                  : kQkRowGroup);
-      float* srow = it.sm + r0 * kDecodeTileKeys + jb;
+      float* srow = it.sm + r0 * it.tile + jb;
       const AheadRows& ahead = r0 == s0 ? k_ahead : AheadRows{};
       if (rn == 1) {
         Micro::template QkGroup<1>(it.k_type, it.q, it.De, r0, rn, kp, it.zero,
-                                   srow, ahead);
+                                   srow, it.tile, ahead);
       } else if (rn == 2) {
         Micro::template QkGroup<2>(it.k_type, it.q, it.De, r0, rn, kp, it.zero,
-                                   srow, ahead);
+                                   srow, it.tile, ahead);
       } else if (rn <= 4) {
         Micro::template QkGroup<4>(it.k_type, it.q, it.De, r0, rn, kp, it.zero,
-                                   srow, ahead);
+                                   srow, it.tile, ahead);
       } else {
         Micro::template QkGroup<kQkRowGroup>(it.k_type, it.q, it.De, r0, rn, kp,
-                                             it.zero, srow, ahead);
+                                             it.zero, srow, it.tile, ahead);
       }
     }
   }
@@ -247,7 +249,7 @@ struct DecodeKernel {
       sv = X::Load(tail);
     }
     for (int64_t r = s0; r < s0 + it.Rh; ++r) {
-      float* sr = it.sm + r * kDecodeTileKeys + jb;
+      float* sr = it.sm + r * it.tile + jb;
       X::Store(sr, X::Load(sr) * sv);
     }
   }
@@ -297,8 +299,8 @@ struct DecodeKernel {
   template <class Q>
   ATTNKIT_SIMD_STEP static void QkRowGroups(const Item& it, int64_t n,
                                             const KeyBlock& kb, int64_t jb) {
-    DotRowGroups<Q>(it, it.q, n, n, kb, it.sm + kb.s0 * kDecodeTileKeys + jb,
-                    kDecodeTileKeys, false);
+    DotRowGroups<Q>(it, it.q, n, n, kb, it.sm + kb.s0 * it.tile + jb, it.tile,
+                    false);
   }
 #endif
 
@@ -394,7 +396,7 @@ struct DecodeKernel {
   ATTNKIT_SIMD_STEP static void SoftmaxRow(const Item& it, const Tile& t,
                                            int64_t r, bool masked, const V& c) {
     const int64_t ntp = t.ntp, De = it.De;
-    float* sr = it.sm + r * kDecodeTileKeys;
+    float* sr = it.sm + r * it.tile;
     for (int64_t j = 0; j < ntp; j += W) X::Store(sr + j, X::Load(sr + j) * c);
     if (masked) {
       const int64_t bs =
@@ -457,8 +459,8 @@ struct DecodeKernel {
                         s0,
                         _mm512_set1_ps(1.0f),
                         NextVtRows(it, t, kvh, e0, ne)};
-      DotRowGroups<Q>(it, it.sm, kDecodeTileKeys, t.ntp, vb,
-                      it.o + s0 * it.De + e0, it.De, true);
+      DotRowGroups<Q>(it, it.sm, it.tile, t.ntp, vb, it.o + s0 * it.De + e0,
+                      it.De, true);
     }
   }
 #endif
@@ -484,7 +486,7 @@ struct DecodeKernel {
       // The last tile: widened and zero-padded.
       return PvTransposedRows<typename M::template QkF32Q<float>>(
           it, t, kvh, reinterpret_cast<const char*>(WidenVt(it, t, kvh)),
-          kDecodeTileKeys, s0);
+          it.tile, s0);
     } else
 #endif
     {
@@ -492,15 +494,15 @@ struct DecodeKernel {
     }
   }
 
-  // The tile's V^T rows (d of them, kDecodeTileKeys apart) widened to f32
+  // The tile's V^T rows (d of them, it.tile apart) widened to f32
   // in the workspace, zero past the tile's keys up to ntp.
   ATTNKIT_SIMD_STEP static const float* WidenVt(const Item& it, const Tile& t,
                                                 int64_t kvh) {
     const AttentionArgs& a = it.a;
     for (int64_t e = 0; e < it.d; ++e) {
       LoadRow(a.v, a.v.Offset(it.job.batch, kvh, t.j0, e), 1, t.nt,
-              it.vw + e * kDecodeTileKeys);
-      ZeroFloats(it.vw + e * kDecodeTileKeys + t.nt, t.ntp - t.nt);
+              it.vw + e * it.tile);
+      ZeroFloats(it.vw + e * it.tile + t.nt, t.ntp - t.nt);
     }
     return it.vw;
   }
@@ -513,7 +515,7 @@ struct DecodeKernel {
     const AttentionArgs& a = it.a;
     const int64_t d = it.d, De = it.De, ntp = t.ntp;
     const float* vbase = nullptr;
-    int64_t vs = kDecodeTileKeys;
+    int64_t vs = it.tile;
     if (it.kv == DType::kF32 && t.nt == ntp) {
       vbase = a.v.As<float>() + a.v.Offset(it.job.batch, kvh, t.j0, 0);
       vs = a.v.strides[3];
@@ -521,7 +523,7 @@ struct DecodeKernel {
       vbase = WidenVt(it, t, kvh);
     }
     for (int64_t r = s0; r < s0 + it.Rh; ++r) {
-      const float* pr = it.sm + r * kDecodeTileKeys;
+      const float* pr = it.sm + r * it.tile;
       float* orow = it.o + r * De;
       for (int64_t e0 = 0; e0 < De; e0 += W) {
         const float* vp[W];
@@ -558,7 +560,7 @@ struct DecodeKernel {
       LoadRow(a.v, a.v.Offset(b, kvh, t.j0 + j, 0), 1, d, it.vw + j * De);
       ZeroFloats(it.vw + j * De + d, De - d);
     }
-    Micro::PvRowsAll(it.Rh, De, it.sm + s0 * kDecodeTileKeys, t.nt,
+    Micro::PvRowsAll(it.Rh, De, it.sm + s0 * it.tile, it.tile, t.nt,
                      static_cast<const float*>(it.vw), De, it.o + s0 * De, 0);
   }
 
@@ -569,19 +571,19 @@ struct DecodeKernel {
                                           int64_t nj) {
     const AttentionArgs& a = it.a;
     const int64_t off = a.v.Offset(it.job.batch, kvh, t.j0 + j, 0);
-    const float* pm = it.sm + s0 * kDecodeTileKeys + j;
+    const float* pm = it.sm + s0 * it.tile + j;
     float* o = it.o + s0 * it.De;
     const int64_t pf_rows = it.end - t.j0 - j;
     if (it.bf16) {
-      Micro::PvRowsAll(it.Rh, it.De, pm, nj,
+      Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj,
                        static_cast<const uint16_t*>(a.v.data) + off,
                        a.v.strides[2], o, pf_rows);
     } else if (it.i8) {
-      Micro::PvRowsAll(it.Rh, it.De, pm, nj,
+      Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj,
                        static_cast<const int8_t*>(a.v.data) + off,
                        a.v.strides[2], o, pf_rows);
     } else {
-      Micro::PvRowsAll(it.Rh, it.De, pm, nj, a.v.As<float>() + off,
+      Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj, a.v.As<float>() + off,
                        a.v.strides[2], o, pf_rows);
     }
   }
@@ -607,7 +609,7 @@ struct DecodeKernel {
       const int64_t row_bytes = a.v.strides[2] * it.esize;
       const int64_t span = std::clamp<int64_t>(
           (int64_t{64} << 10) / std::max<int64_t>(row_bytes, 1) / W * W, W,
-          kDecodeTileKeys);
+          it.tile);
       for (int64_t j = 0; j < t.nt; j += span)
         for (int64_t hk = 0; hk < heads; ++hk)
           PvInPlace(it, t, it.job.kv_head + hk, hk * it.Rh, j,
@@ -627,8 +629,7 @@ struct DecodeKernel {
   }
 
   ATTNKIT_SIMD_STEP static Tile MakeTile(const Item& it, int64_t j0) {
-    const int64_t nt =
-        it.end - j0 < kDecodeTileKeys ? it.end - j0 : kDecodeTileKeys;
+    const int64_t nt = it.end - j0 < it.tile ? it.end - j0 : it.tile;
     return {j0, nt, (nt + W - 1) / W * W};
   }
 
@@ -639,7 +640,7 @@ struct DecodeKernel {
     const Item it(job, rows, ws, L);
     LoadQueries(it);
     const bool has_bias = it.p.mask == MaskKind::kBias;
-    for (int64_t j0 = rows.keys_begin; j0 < it.end; j0 += kDecodeTileKeys) {
+    for (int64_t j0 = rows.keys_begin; j0 < it.end; j0 += it.tile) {
       const Tile t = MakeTile(it, j0);
       const TileCoverage cover = CoverTile(rows, j0, t.nt, has_bias);
       if (cover.empty) continue;

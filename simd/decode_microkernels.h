@@ -126,8 +126,9 @@ struct DecodeMicroKernels {
   // speed"). One call per tile and kv head.
   template <typename T>
   [[gnu::noinline]] static void PvRowsAll(int64_t R, int64_t De,
-                                          const float* sm, int64_t nt,
-                                          const T* vbase, int64_t vs, float* o,
+                                          const float* sm, int64_t ss,
+                                          int64_t nt, const T* vbase,
+                                          int64_t vs, float* o,
                                           int64_t pf_rows) {
     const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
     const bool whole_tile = De <= kPvCols * W ||
@@ -141,7 +142,7 @@ struct DecodeMicroKernels {
       const T* vj = vbase + j0 * vs;
       for (int64_t r0 = 0; r0 < R; r0 += 4) {
         const int64_t rb = R - r0 < 4 ? R - r0 : 4;
-        const float* pm = sm + r0 * kDecodeTileKeys + j0;
+        const float* pm = sm + r0 * ss + j0;
         for (int64_t e0 = 0; e0 < De; e0 += kPvCols * W) {
           const int dv = static_cast<int>(
               (De - e0) / W < kPvCols ? (De - e0) / W : kPvCols);
@@ -156,20 +157,16 @@ struct DecodeMicroKernels {
           }
           switch (rb) {
             case 1:
-              PvRowsDv<1>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
-                          ahead);
+              PvRowsDv<1>(dv, pm, ss, nj, vj + e0, vs, orow, De, ahead);
               break;
             case 2:
-              PvRowsDv<2>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
-                          ahead);
+              PvRowsDv<2>(dv, pm, ss, nj, vj + e0, vs, orow, De, ahead);
               break;
             case 3:
-              PvRowsDv<3>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
-                          ahead);
+              PvRowsDv<3>(dv, pm, ss, nj, vj + e0, vs, orow, De, ahead);
               break;
             default:
-              PvRowsDv<4>(dv, pm, kDecodeTileKeys, nj, vj + e0, vs, orow, De,
-                          ahead);
+              PvRowsDv<4>(dv, pm, ss, nj, vj + e0, vs, orow, De, ahead);
               break;
           }
         }
@@ -392,7 +389,7 @@ struct DecodeMicroKernels {
   template <int RP>
   static void QkGroup(DType k_type, const float* q, int64_t De, int64_t r0,
                       int rn, const void* const* kp, const float* zero,
-                      float* srow, const AheadRows& ahead) {
+                      float* srow, int64_t ss, const AheadRows& ahead) {
     static_assert(RP <= W);
     constexpr int KB = W / RP;
     alignas(64) float t[W];
@@ -405,8 +402,7 @@ struct DecodeMicroKernels {
                   : k_type == DType::kI8 ? QkBlock<RP, int8_t>(qr, kp + kb, De)
                                          : QkBlock<RP, float>(qr, kp + kb, De));
       for (int r = 0; r < rn; ++r)
-        for (int kk = 0; kk < KB; ++kk)
-          srow[r * kDecodeTileKeys + kb + kk] = t[r * KB + kk];
+        for (int kk = 0; kk < KB; ++kk) srow[r * ss + kb + kk] = t[r * KB + kk];
     }
   }
 };

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/dtype.h"
 #include "runtime/problem.h"
 #include "runtime/split_kv.h"
 #include "simd/simd_backend.h"
@@ -28,8 +29,26 @@ inline constexpr int64_t kPrefillTileKeys = 64;
 // amortize the per-tile softmax reductions (and the haddp of P.V over
 // transposed V); shorter ones keep the K and V streams from DRAM both moving
 // (each tile reads K, then V): 128 read fastest of 64, 128 and 256
-// (simd/README.md, "Decode tile length").
-inline constexpr int64_t kDecodeTileKeys = 128;
+// (simd/README.md, "Decode tile length"). Transposed V instead reads a
+// d-row slice of V^T per tile, one run of tile x element bytes per row, rows
+// a whole cache apart: it takes the keys that make those runs 512 B (f32
+// 128, bf16 256), at most kDecodeTileKeys (int8 256). 256 B bf16 runs
+// streamed slower, and so did 1 KiB f32 ones (simd/README.md, "Transposed
+// V: 512-byte runs").
+// kDecodeTileKeys: the longest decode tile (the workspace's S / P and V^T
+// regions). An item's S / P rows are its own tile apart: with a 256 stride
+// for every layout, BSHD items (16-64 rows, whose S then no longer fits in
+// L1) read 1.07-1.11x slower (simd/README.md, "Transposed V: 512-byte runs").
+inline constexpr int64_t kDecodeTileKeys = 256;
+constexpr int64_t DecodeTileKeys(KvLayout layout, DType kv) {
+  if (layout != KvLayout::kTransposedV) return 128;
+  const int64_t keys = 512 / DTypeSize(kv);
+  return keys < 128 ? 128 : keys > kDecodeTileKeys ? kDecodeTileKeys : keys;
+}
+static_assert(DecodeTileKeys(KvLayout::kTransposedV, DType::kI8) <=
+                  kDecodeTileKeys &&
+              DecodeTileKeys(KvLayout::kTransposedV, DType::kF32) == 128 &&
+              DecodeTileKeys(KvLayout::kBHSD, DType::kI8) == 128);
 // How far ahead the decode path prefetches the K rows it will dot next and
 // the V rows it will accumulate next, in bytes of each stream: one row at a
 // time, in address order, into L2 (prefetcht1; the L1 prefetcher takes them
@@ -136,7 +155,7 @@ const KernelOps& ScalarOps();
 // pattern: each building block against a scalar loop, on every ISA). Each
 // runs on the job's rows (in run_block's order: kv head, then query, then
 // head) and keys [j0, j0 + nt), nt <= the path's tile (kPrefillTileKeys,
-// kDecodeTileKeys), with `ws` a zeroed workspace as for run_block.
+// DecodeTileKeys), with `ws` a zeroed workspace as for run_block.
 struct TileSteps {
   // scores[r * nt + j] = Q[r] . K[j0 + j] (no scale, no mask).
   void (*qk)(const BlockJob& job, int64_t j0, int64_t nt, float* ws,

@@ -7,6 +7,7 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -333,18 +334,19 @@ TEST_P(MicroKernelTest, PrefillTiles) {
 }
 
 // The decode path: few rows (one query of a GQA group, a couple of
-// queries, rows of two kv heads), keys up to its 128-key tile, with tails
-// that leave a partial vector of keys.
+// queries, rows of two kv heads), keys up to its tile (DecodeTileKeys: 128,
+// 256 for transposed bf16 V), with tails that leave a partial vector of
+// keys.
 TEST_P(MicroKernelTest, DecodeTiles) {
   const int64_t w = W();
   const int64_t row_shapes[][3] = {{1, 1, 1}, {1, 4, 1}, {2, 3, 1}, {1, 2, 2}};
-  const int64_t tiles[][2] = {
-      {0, 1}, {5, w + 3}, {0, kDecodeTileKeys}, {130, kDecodeTileKeys - 5}};
   for (DType dt : kDtypes)
     for (KvLayout layout : kLayouts)
       for (int64_t d : kDims)
         for (const auto& rs : row_shapes)
-          for (const auto& tile : tiles)
+          for (const int64_t tk = DecodeTileKeys(layout, dt);
+               const auto& tile : std::array<std::array<int64_t, 2>, 4>{
+                   {{0, 1}, {5, w + 3}, {0, tk}, {130, tk - 5}}})
             for (int64_t pad : {0, 3}) {
               TileTester t;
               t.isa(GetParam())

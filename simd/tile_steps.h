@@ -74,7 +74,7 @@ struct Steps {
     Decode::QkTile(it, {j0, nt, (nt + W - 1) / W * W});
     for (int64_t r = 0; r < rows.count; ++r)
       for (int64_t j = 0; j < nt; ++j)
-        scores[r * nt + j] = it.sm[r * kDecodeTileKeys + j];
+        scores[r * nt + j] = it.sm[r * it.tile + j];
   }
   static void DecodePv(const BlockJob& job, int64_t j0, int64_t nt,
                        const float* probs, float* ws, float* out) {
@@ -84,7 +84,7 @@ struct Steps {
     const int64_t d = it.d, De = it.De, ntp = (nt + W - 1) / W * W;
     for (int64_t r = 0; r < rows.count; ++r) {
       for (int64_t j = 0; j < ntp; ++j)
-        it.sm[r * kDecodeTileKeys + j] = j < nt ? probs[r * nt + j] : 0.0f;
+        it.sm[r * it.tile + j] = j < nt ? probs[r * nt + j] : 0.0f;
       for (int64_t e = 0; e < De; ++e)
         it.o[r * De + e] = e < d ? out[r * d + e] : 0.0f;
     }
