@@ -42,8 +42,7 @@ struct DecodeKernel {
   // ---- the steps of a work item
   // What every step reads: the job, its rows, how its K and V are read, and
   // the workspace regions. Q [R][De] (f32, zero padded) or [R][d] (bf16 for
-  // vdpbf16ps); S / P [R][tile]; O
-  // [R][De].
+  // vdpbf16ps); S / P [R][tile]; O [R][De].
   struct Item {
     ATTNKIT_SIMD_STEP Item(const BlockJob& j, const Rows& rs, float* ws,
                            const WorkspaceLayout& L)
@@ -494,8 +493,8 @@ struct DecodeKernel {
     }
   }
 
-  // The tile's V^T rows (d of them, it.tile apart) widened to f32
-  // in the workspace, zero past the tile's keys up to ntp.
+  // The tile's V^T rows (d of them, it.tile apart) widened to f32 in the
+  // workspace, zero past the tile's keys up to ntp.
   ATTNKIT_SIMD_STEP static const float* WidenVt(const Item& it, const Tile& t,
                                                 int64_t kvh) {
     const AttentionArgs& a = it.a;

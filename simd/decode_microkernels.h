@@ -98,7 +98,8 @@ struct DecodeMicroKernels {
       }
     }
   }
-  // O += P V over a tile of nt keys, in blocks of 4 rows x kPvCols vectors.
+  // O += P V over a tile of nt keys (P rows ss apart), in blocks of 4 rows x
+  // kPvCols vectors.
   //
   // When a row is wider than a block (d = 128 on AVX-512), a column block reads
   // only part of every V row. On AVX-512, with rows up to 512 bytes, each
@@ -382,10 +383,10 @@ struct DecodeMicroKernels {
     }
   }
 #endif
-  // S[r0 + r][0 .. W) for rn <= RP rows (padded rows read the zero row and
-  // are dropped) against the W keys kp, rows of `k_type` (f32, bf16 or i8:
-  // an i8 row's dot is in its integers, the caller applies its scale);
-  // ahead.Fetch(kk) for each key.
+  // S[r0 + r][0 .. W) (srow + r * ss) for rn <= RP rows (padded rows read the
+  // zero row and are dropped) against the W keys kp, rows of `k_type` (f32,
+  // bf16 or i8: an i8 row's dot is in its integers, the caller applies its
+  // scale); ahead.Fetch(kk) for each key.
   template <int RP>
   static void QkGroup(DType k_type, const float* q, int64_t De, int64_t r0,
                       int rn, const void* const* kp, const float* zero,
