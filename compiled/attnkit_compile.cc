@@ -94,9 +94,11 @@ static cl::opt<int64_t>
               cl::desc("query rows per tile (default: what the backend uses "
                        "for --q-len: 1 below 4 rows, else 16)"),
               cl::init(attnkit::compiled::kPrefillQueryTile));
-static cl::opt<int64_t> kvTile("kv-tile",
-                               cl::desc("keys per tile (default 64)"),
-                               cl::init(attnkit::compiled::kKvTile));
+static cl::opt<int64_t>
+    kvTile("kv-tile",
+           cl::desc("keys per tile (default: what the backend uses, "
+                    "kvTileFor: 64, longer for a transposed-V decode)"),
+           cl::init(attnkit::compiled::kKvTile));
 // An attention block (buildAttentionBlock) instead of an attention: its
 // hidden size, weight dtype, q/k/v biases and output projection.
 static cl::opt<int64_t> hiddenOpt("hidden",
@@ -234,6 +236,9 @@ static int run(int argc, char **argv) {
                        : queryTileFor(qLen, spec.group);
   spec.bf16Dot = bf16DotOpt;
   spec.headed = headedOpt;
+  spec.kvTile = kvTile.getNumOccurrences()
+                    ? kvTile
+                    : kvTileFor(spec.queryTile, *layout, spec.kvDType());
   if (spec.bf16Dot && !spec.bf16DotApplies())
     return fail("--bf16-dot: needs --dtype bf16 with bf16 K/V (got --dtype=" +
                 dtypeOpt + (kvDtypeOpt.empty() ? "" : " --kv-dtype=") +
@@ -276,7 +281,7 @@ static int run(int argc, char **argv) {
       block ? buildAttentionBlock(ctx, *block) : buildAttention(ctx, spec);
   PipelineOptions options;
   options.flash.queryTile = spec.queryTile;
-  options.flash.kvTile = kvTile;
+  options.flash.kvTile = block ? kvTile : spec.kvTile;
   options.vectorize.bf16Dot = spec.bf16Dot;
   options.printIrAfterAll = printAfterAll;
   if (emitLlvmIr) {

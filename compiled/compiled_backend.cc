@@ -20,9 +20,10 @@ constexpr int64_t kHeadedStateBytes = 256 << 10;
 
 int64_t headedBand(const AttentionProblem &p) {
   // Per head: rows G (query tile 1) x (accumulator d rounded up to 16 f32,
-  // packed q d rounded up to 32, a 64-key tile of scores, m, l, alpha).
+  // packed q d rounded up to 32, a tile of scores, m, l, alpha).
   const int64_t dPad = (p.head_dim + 31) / 32 * 32;
-  const int64_t perHead = p.group_size() * (2 * dPad + kKvTile + 3) * 4;
+  const int64_t tile = kvTileFor(1, KvLayout::kBSHD, p.KvDType());
+  const int64_t perHead = p.group_size() * (2 * dPad + tile + 3) * 4;
   return std::clamp<int64_t>(kHeadedStateBytes / perHead, 1, p.kv_heads);
 }
 
@@ -49,6 +50,7 @@ KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
   // heads per call (headedBand) keeps its state on the stack small.
   s.headed =
       s.queryTile == 1 && p.layout == KvLayout::kBSHD && headedBand(p) > 1;
+  s.kvTile = kvTileFor(s.queryTile, p.layout, s.kvDType());
   return s;
 }
 

@@ -436,6 +436,75 @@ TEST(KernelSpecTest, QueryTileFor) {
         << "maxQ " << c.maxQ << " group " << c.group;
 }
 
+// A decode over a transposed V walks tiles of 512-byte V^T runs (f32 128
+// keys, bf16 and int8 256); its prefill, the other layouts and their decodes
+// keep kKvTile. specFor passes it on, and it is part of the key.
+TEST(KernelSpecTest, KvTileFor) {
+  using L = KvLayout;
+  EXPECT_EQ(kvTileFor(1, L::kTransposedV, DType::kF32), 128);
+  EXPECT_EQ(kvTileFor(1, L::kTransposedV, DType::kBF16), 256);
+  EXPECT_EQ(kvTileFor(1, L::kTransposedV, DType::kI8), 256);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kI8}) {
+    EXPECT_EQ(kvTileFor(16, L::kTransposedV, t), kKvTile);
+    EXPECT_EQ(kvTileFor(64, L::kTransposedV, t), kKvTile);
+    for (L l : {L::kBHSD, L::kBSHD})
+      for (int64_t q : {1, 16, 64})
+        EXPECT_EQ(kvTileFor(q, l, t), kKvTile);
+  }
+  AttentionProblem p;
+  p.q_heads = 8;
+  p.kv_heads = 2;
+  p.head_dim = 64;
+  p.dtype = DType::kBF16;
+  p.layout = KvLayout::kTransposedV;
+  p.q_lens = {1};
+  p.kv_lens = {700};
+  const KernelSpec decode = specFor(p);
+  EXPECT_EQ(decode.kvTile, 256);
+  EXPECT_EQ(decode.key(), "d64_bf16_none_vt_g4_q1_k256");
+  p.q_lens = {700};
+  EXPECT_EQ(specFor(p).kvTile, kKvTile);
+  EXPECT_EQ(specFor(p).key(), "d64_bf16_none_vt_g4");
+}
+
+// The transposed-V decode kernel's longer tiles (kvTileFor) against the
+// oracle: f32, bf16 and int8 K/V, every mask, GQA groups 1 and 4, head_dim
+// 33 (masked tails) and 128, lengths of several whole tiles, one key past
+// them and short of one tile, an empty sequence, and a sequence long enough
+// that the threads split its keys (splits fall on 64-key boundaries, so a
+// split may start or end inside a 256-key tile).
+TEST(CompiledBackendTest, TransposedVDecodeTilesAgainstOracle) {
+  uint64_t seed = 900;
+  for (std::optional<DType> kv :
+       {std::optional<DType>(), std::optional<DType>(DType::kI8)})
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
+                            MaskKind::kWindow, MaskKind::kBias})
+        for (int64_t group : {1, 4}) {
+          AttentionProblem p;
+          p.kv_heads = 2;
+          p.q_heads = 2 * group;
+          p.head_dim = group == 1 ? 33 : 128;
+          p.dtype = dtype;
+          p.kv_dtype = kv;
+          p.layout = KvLayout::kTransposedV;
+          p.mask = mask;
+          if (mask == MaskKind::kWindow)
+            p.window = 300;
+          p.batch = 4;
+          p.q_lens = {1, 2, 0, 1};
+          p.kv_lens = {512, 257, 0, 100};
+          ASSERT_EQ(specFor(p).kvTile, dtype == DType::kF32 && !kv ? 128 : 256);
+          SCOPED_TRACE(p.ToString());
+          ExpectMatchesOracle(*MakeCompiledBackend(), p, seed++);
+          p.batch = 1;
+          p.q_lens = {1};
+          p.kv_lens = {3001};
+          SCOPED_TRACE(p.ToString());
+          ExpectMatchesOracle(*MakeCompiledBackend(), p, seed++);
+        }
+}
+
 // Regression (problem_validate_fuzz: one input spent 86 s in the JIT): the
 // kernels unroll over the GQA group, so huge groups are declined with a
 // status naming the group, and the largest accepted group still compiles.

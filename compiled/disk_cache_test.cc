@@ -280,12 +280,11 @@ TEST(KernelDiskCacheTest, AnEntryThatDoesNotLinkIsRebuilt) {
 // The key names what decides the code: another option, another entry.
 TEST(KernelDiskCacheTest, TheKeyNamesEverythingThatDecidesTheCode) {
   CompileOptions a = jitInto("/unused"), b = a;
-  b.kvTile = 32;
+  b.llvmOptLevel = 2;
   const std::string key = KernelCache(a).diskKey("d24_f32_causal_v_g1");
   EXPECT_NE(key, KernelCache(b).diskKey("d24_f32_causal_v_g1"));
-  for (const char *part :
-       {"spec d24_f32_causal_v_g1\n", "kv_tile 64\n", "llvm_opt 3\n", "\nllvm ",
-        "\ncpu ", "\nfeatures +", "\nsources "})
+  for (const char *part : {"spec d24_f32_causal_v_g1\n", "llvm_opt 3\n",
+                           "\nllvm ", "\ncpu ", "\nfeatures +", "\nsources "})
     EXPECT_NE(key.find(part), std::string::npos) << part << " in\n" << key;
 }
 

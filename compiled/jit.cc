@@ -281,7 +281,7 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
     return nullptr;
   PipelineOptions pipeline;
   pipeline.flash.queryTile = spec.queryTile;
-  pipeline.flash.kvTile = options.kvTile;
+  pipeline.flash.kvTile = spec.kvTile;
   pipeline.vectorize.bf16Dot = spec.bf16Dot;
   phases.buildMillis = since();
   std::string diag;
@@ -384,7 +384,7 @@ CompiledKernel::compileBlock(const BlockSpec &spec,
                              const DiskCache *dump, std::string *object) {
   PipelineOptions pipeline;
   pipeline.flash.queryTile = spec.queryTile;
-  pipeline.flash.kvTile = options.kvTile;
+  pipeline.flash.kvTile = kKvTile;
   return compileRecipe(
       {spec.key(), kBlockName,
        [&](mlir::MLIRContext &ctx) { return buildAttentionBlock(ctx, spec); },
@@ -397,7 +397,6 @@ CompiledKernel::compileBlock(const BlockSpec &spec,
 std::string KernelCache::diskKey(const std::string &specKey) const {
   const std::optional<llvm::orc::JITTargetMachineBuilder> &host = hostMachine();
   std::string k = "spec " + specKey;
-  k += "\nkv_tile " + std::to_string(options_.kvTile);
   k += "\nllvm_opt " + std::to_string(options_.llvmOptLevel);
   k += "\nllvm " LLVM_VERSION_STRING;
   k += "\ncpu " + (host ? host->getCPU() : std::string("?"));

@@ -63,7 +63,6 @@ using BlockFn = void (*)(MemRefDesc<2> *x, MemRefDesc<2> *wq, MemRefDesc<2> *wk,
                          int64_t p0, int64_t window);
 
 struct CompileOptions {
-  int64_t kvTile = kKvTile;
   /// LLVM IR optimization level of the JIT (0-3).
   unsigned llvmOptLevel = 3;
   /// Serve the kernels compiled ahead of time (aot.h) instead of JIT-ing

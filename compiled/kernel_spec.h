@@ -18,8 +18,9 @@ namespace attnkit::compiled {
 
 /// The tile sizes, in one place: the prefill kernel's query rows per tile
 /// and query head (a multiple of the 16 f32 lanes), and the keys per tile of
-/// the online-softmax loop. Passes.td's option defaults, the JIT's options
-/// and the stage dumper's flags all read these.
+/// the online-softmax loop (every kernel's but the decode kernels kvTileFor
+/// gives longer tiles). Passes.td's option defaults, the kernel specs and
+/// the stage dumper's flags all read these.
 inline constexpr int64_t kPrefillQueryTile = 16;
 inline constexpr int64_t kKvTile = 64;
 
@@ -48,6 +49,20 @@ inline int64_t queryTileFor(int64_t maxQueries, int64_t group) {
   while (2 * tile * group <= kPrefillTileRows && tile < maxQueries)
     tile *= 2;
   return tile;
+}
+
+/// Keys per tile of the kernel whose query tile is `queryTile` (1: decode)
+/// over a `layout` cache of `kv` elements. A decode tile over a transposed V
+/// reads a slice of each of the d V^T rows, rows a whole cache apart, so the
+/// tile is sized for 512-byte runs per row (f32 128 keys, bf16 and int8 256):
+/// at 64 keys a bf16 run is 128 B, and short runs strided a cache apart
+/// stream slowly (the simd kernel's DecodeTileKeys, simd/README.md). Every
+/// other kernel keeps kKvTile.
+inline int64_t kvTileFor(int64_t queryTile, KvLayout layout, DType kv) {
+  if (queryTile != 1 || layout != KvLayout::kTransposedV)
+    return kKvTile;
+  const int64_t keys = 512 / DTypeSize(kv);
+  return keys < kKvTile ? kKvTile : keys > 256 ? 256 : keys;
 }
 
 /// Everything the generated code is specialized on. Sequence lengths, strides,
@@ -81,6 +96,8 @@ struct KernelSpec {
   /// BSHD cache's position rows are read whole, not a head's slice of every
   /// row over the whole sequence (vectorize_flash_pass.cc).
   bool headed = false;
+  /// Keys per tile of the online-softmax loop (kvTileFor).
+  int64_t kvTile = kKvTile;
 
   std::string key() const {
     // Appends rather than operator+ chains: GCC 12 -Wrestrict false positive.
@@ -104,6 +121,10 @@ struct KernelSpec {
       k += "_bf16dot";
     if (headed)
       k += "_heads";
+    if (kvTile != kKvTile) {
+      k += "_k";
+      k += std::to_string(kvTile);
+    }
     return k;
   }
   /// K/V's storage dtype.
