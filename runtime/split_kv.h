@@ -23,9 +23,11 @@ inline constexpr int64_t kMinKeysPerSplit = 512;
 // than 32 threads per item.
 inline constexpr int64_t kMaxKvSplits = 64;
 // Split boundaries fall on multiples of 64 keys from the item's first key:
-// both kernels walk keys in tiles of 64 (simd kTileLanes, compiled kv-tile),
-// so only an item's last tile is partial. Divides kMinKeysPerSplit, which is
-// what keeps every split of a planned item at >= kMinKeysPerSplit keys.
+// most kernels walk keys in tiles of 64 (simd kTileLanes, compiled kKvTile),
+// so only an item's last tile is partial; the transposed-V decode tiles of
+// 128 or 256 keys (simd DecodeTileKeys, compiled kvTileFor) may also end a
+// split with a partial tile. Divides kMinKeysPerSplit, which is what keeps
+// every split of a planned item at >= kMinKeysPerSplit keys.
 inline constexpr int64_t kKvSplitAlign = 64;
 
 struct KvSplitPlan {
