@@ -292,7 +292,7 @@ private:
   void pvRows(Value j0, Value bk, function_ref<Value(Value j, Value r)> pAt,
               Value r0, int64_t rows, bool rescale = true);
   void rescaleAcc();
-  void pvTransposedPrefill(Value j0, Value bk, ArrayRef<Value> keyEnd);
+  void pvTransposedPrefill(Value v, Value j0, Value bk, ArrayRef<Value> keyEnd);
   void pvTransposedDecode(Value j0, Value bk);
   Value transposeReduce(SmallVector<Value> acc);
   SmallVector<Value> transpose16(SmallVector<Value> m);

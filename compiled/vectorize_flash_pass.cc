@@ -23,7 +23,9 @@
 //   (contiguous Pᵀ rows), register block 4 dims x 64 rows, for every V
 //   layout (V[j][d] or Vᵀ[d][j]); the epilogue transposes accᵀ back 16 x 16
 //   in registers. (An acc[R][D] fed by contiguous V rows, bf16 widened per
-//   load, took 1.02-1.04x the time of bf16 prefills; see pvTransposedPrefill.)
+//   load, took 1.02-1.04x the time of bf16 prefills; see
+//   pvTransposedPrefill.) A bf16 or int8 K (QKᵀ not on vdpbf16ps) and V are
+//   widened to f32 tiles once per KV tile, so every broadcast is a load.
 //
 // * decode (any other query tile; the backend uses 1). R = G*BQ is small, so
 //   the kernel streams K rows at full vector width: s[r][j] = reduce(K[j][:] x
@@ -60,10 +62,10 @@
 // An i8 K/V (the key_scale and value_scale ops of the fused form): both
 // kernels load the int8 rows as they are (vector<16xi8>, a quarter of the
 // f32 bytes) and convert them in registers (arith.sitofp: vpmovsxbd +
-// vcvtdq2ps); the keys' scales multiply the scores as the softmax loads
-// them, before the modifier, and the values' scales P as it is stored for
-// P.V, after its row sum went into l -- the simd backend's scheme, one
-// multiply per score, no dequantized row in memory.
+// vcvtdq2ps; the prefill kernel into its f32 tiles); the keys' scales multiply
+// the scores as the softmax loads them, before the modifier, and the values'
+// scales P as it is stored for P.V, after its row sum went into l -- the simd
+// backend's scheme, one multiply per score, no dequantized row in memory.
 //
 // A loop whose modifier uses something this pass cannot re-emit on vectors is
 // left alone (the linalg path then lowers it).
