@@ -8,6 +8,7 @@
 #include "runtime/attention_block.h"
 #include "runtime/dtype.h"
 #include "runtime/problem.h"
+#include "runtime/split_kv.h"
 #include "runtime/status.h"
 
 #include <cstdint>
@@ -52,17 +53,15 @@ inline int64_t queryTileFor(int64_t maxQueries, int64_t group) {
 }
 
 /// Keys per tile of the kernel whose query tile is `queryTile` (1: decode)
-/// over a `layout` cache of `kv` elements. A decode tile over a transposed V
-/// reads a slice of each of the d V^T rows, rows a whole cache apart, so the
-/// tile is sized for 512-byte runs per row (f32 128 keys, bf16 and int8 256):
-/// at 64 keys a bf16 run is 128 B, and short runs strided a cache apart
-/// stream slowly (the simd kernel's DecodeTileKeys, simd/README.md). Every
-/// other kernel keeps kKvTile.
+/// over a `layout` cache of `kv` elements: a decode over a transposed V takes
+/// the tiles of 512-byte V^T runs both backends use
+/// (TransposedVDecodeTileKeys: f32 128 keys, bf16 and int8 256; at 64 keys a
+/// bf16 run is 128 B, and short runs a cache apart stream slowly), every
+/// other kernel kKvTile.
 inline int64_t kvTileFor(int64_t queryTile, KvLayout layout, DType kv) {
   if (queryTile != 1 || layout != KvLayout::kTransposedV)
     return kKvTile;
-  const int64_t keys = 512 / DTypeSize(kv);
-  return keys < kKvTile ? kKvTile : keys > 256 ? 256 : keys;
+  return TransposedVDecodeTileKeys(kv);
 }
 
 /// Everything the generated code is specialized on. Sequence lengths, strides,

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/dtype.h"
 #include "runtime/problem.h"
 
 namespace attnkit {
@@ -29,6 +30,18 @@ inline constexpr int64_t kMaxKvSplits = 64;
 // split with a partial tile. Divides kMinKeysPerSplit, which is what keeps
 // every split of a planned item at >= kMinKeysPerSplit keys.
 inline constexpr int64_t kKvSplitAlign = 64;
+
+// The keys per tile of a decode over a transposed V, in both fast backends
+// (simd DecodeTileKeys, compiled kvTileFor). Such a tile reads a slice of
+// each of the d V^T rows, rows a whole cache apart: one run of
+// keys x element bytes per row. Runs of 512 B streamed fastest -- 256 B bf16
+// runs and 1 KiB f32 ones were slower (simd/README.md, "Transposed V:
+// 512-byte runs"; README.md, the compiled transposed-V decode) -- so f32
+// 128 keys, bf16 256, int8 256 (the bound; not measured).
+constexpr int64_t TransposedVDecodeTileKeys(DType kv) {
+  const int64_t keys = 512 / DTypeSize(kv);
+  return keys < 128 ? 128 : keys > 256 ? 256 : keys;
+}
 
 struct KvSplitPlan {
   // Partial slots per work item; 1 = no split-KV.

@@ -31,19 +31,16 @@ inline constexpr int64_t kPrefillTileKeys = 64;
 // (each tile reads K, then V): 128 read fastest of 64, 128 and 256
 // (simd/README.md, "Decode tile length"). Transposed V instead reads a
 // d-row slice of V^T per tile, one run of tile x element bytes per row, rows
-// a whole cache apart: it takes the keys that make those runs 512 B (f32
-// 128, bf16 256), at most kDecodeTileKeys (int8 256). 256 B bf16 runs
-// streamed slower, and so did 1 KiB f32 ones (simd/README.md, "Transposed
-// V: 512-byte runs").
+// a whole cache apart: it takes the keys that make those runs 512 B
+// (TransposedVDecodeTileKeys, runtime/split_kv.h: f32 128, bf16 and int8
+// 256).
 // kDecodeTileKeys: the longest decode tile (the workspace's S / P and V^T
 // regions). An item's S / P rows are its own tile apart: with a 256 stride
 // for every layout, BSHD items (16-64 rows, whose S then no longer fits in
 // L1) read 1.07-1.11x slower (simd/README.md, "Transposed V: 512-byte runs").
 inline constexpr int64_t kDecodeTileKeys = 256;
 constexpr int64_t DecodeTileKeys(KvLayout layout, DType kv) {
-  if (layout != KvLayout::kTransposedV) return 128;
-  const int64_t keys = 512 / DTypeSize(kv);
-  return keys < 128 ? 128 : keys > kDecodeTileKeys ? kDecodeTileKeys : keys;
+  return layout == KvLayout::kTransposedV ? TransposedVDecodeTileKeys(kv) : 128;
 }
 static_assert(DecodeTileKeys(KvLayout::kTransposedV, DType::kI8) <=
                   kDecodeTileKeys &&
