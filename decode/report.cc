@@ -203,7 +203,7 @@ FlagParser DecodeFlags(DecodeReportOptions& o, DecodeFlagState& st) {
       .Custom("--start-len", "L,...",
               "context lengths before the first step\n"
               "(default 1024,4096,16384)",
-              [&o, kBig](std::string_view value) -> std::string {
+              [&o](std::string_view value) -> std::string {
                 std::vector<int64_t> lens;
                 std::string_view rest = value;
                 while (true) {
