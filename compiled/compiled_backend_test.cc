@@ -495,13 +495,15 @@ TEST(CompiledBackendTest, TransposedVDecodeTilesAgainstOracle) {
           p.q_lens = {1, 2, 0, 1};
           p.kv_lens = {512, 257, 0, 100};
           ASSERT_EQ(specFor(p).kvTile, dtype == DType::kF32 && !kv ? 128 : 256);
-          SCOPED_TRACE(p.ToString());
-          ExpectMatchesOracle(*MakeCompiledBackend(), p, seed++);
-          p.batch = 1;
-          p.q_lens = {1};
-          p.kv_lens = {3001};
-          SCOPED_TRACE(p.ToString());
-          ExpectMatchesOracle(*MakeCompiledBackend(), p, seed++);
+          for (bool split : {false, true}) {
+            if (split) {
+              p.batch = 1;
+              p.q_lens = {1};
+              p.kv_lens = {3001};
+            }
+            SCOPED_TRACE(p.ToString());
+            ExpectMatchesOracle(*MakeCompiledBackend(), p, seed++);
+          }
         }
 }
 
