@@ -935,6 +935,30 @@ void RegisterAll() {
         }
       }
     }
+    // ... and the i8 cache in the other K/V layouts (1 bshd, 2 transposed V;
+    // Hkv 8; the decode tiles of a transposed V depend on the KV dtype).
+    for (int64_t layout : {1, 2}) {
+      for (int64_t kvt : {2, 3}) {
+        AttentionProblem p = DecodeProblem(16384, KvBenchQDType(kvt), 1);
+        p.kv_dtype = DType::kI8;
+        p.layout = static_cast<KvLayout>(layout);
+        if (Status sup = backend.Supports(p); !sup.ok()) {
+          Skip("decode_kv/" + name + "/" + p.ToString(), sup.ToString());
+          continue;
+        }
+        benchmark::RegisterBenchmark(
+            ("decode_kv/" + name).c_str(),
+            [ip, p](benchmark::State& st) {
+              RunAttention(
+                  st, "decode_kv/" + std::string(ip->name) + "/" + p.ToString(),
+                  SharedBackend(*ip), p, true);
+            })
+            ->ArgNames({"kv_len", "hkv", "kv", "layout"})
+            ->Args({16384, p.kv_heads, kvt, layout})
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
 
     // Decode with one KV head and one sequence (multi-query, hq 8): fewer
     // (sequence, KV head) items than threads, so the fast backends split the
@@ -1004,6 +1028,15 @@ void RegisterAll() {
         if (kvt >= 2) p.kv_dtype = DType::kI8;
         paired("decode_paired_kv", p, {"kv_len", "hkv", "kv"},
                {16384, hkv, kvt});
+      }
+    }
+    for (int64_t layout : {1, 2}) {
+      for (int64_t kvt : {2, 3}) {
+        AttentionProblem p = DecodeProblem(16384, KvBenchQDType(kvt), 1);
+        p.kv_dtype = DType::kI8;
+        p.layout = static_cast<KvLayout>(layout);
+        paired("decode_paired_kv", p, {"kv_len", "hkv", "kv", "layout"},
+               {16384, p.kv_heads, kvt, layout});
       }
     }
 
