@@ -769,6 +769,34 @@ void RegisterAll() {
     }
     Backend& backend = **made;
 
+    // A memory-bound family's benchmark of p (RunAttention: GB/s and % of
+    // the read bandwidth), or with `paired` its BM_DecodePaired twin's; or
+    // the reason the backend does not run it.
+    auto memory_bound = [&](const std::string& family,
+                            const AttentionProblem& p,
+                            std::vector<std::string> arg_names,
+                            std::vector<int64_t> args, bool paired = false) {
+      if (Status sup = backend.Supports(p); !sup.ok()) {
+        Skip(family + "/" + name + "/" + p.ToString(), sup.ToString());
+        return;
+      }
+      benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark(
+          (family + "/" + name).c_str(),
+          [ip, family, p, paired](benchmark::State& st) {
+            if (paired) return BM_DecodePaired(st, ip, p);
+            RunAttention(
+                st, family + "/" + std::string(ip->name) + "/" + p.ToString(),
+                SharedBackend(*ip), p, true);
+          });
+      b->ArgNames(arg_names)->Args(args)->Unit(benchmark::kMicrosecond);
+      if (paired) {
+        // A fixed round count (see kPairedRounds).
+        b->UseManualTime()->Iterations(kPairedRounds);
+      } else {
+        b->UseRealTime();
+      }
+    };
+
     // Prefill: hq 32, hkv 8 (GQA 4:1) and 32 (MHA).
     for (int64_t s :
          Grid({128, 256, 512, 1024, 2048, 4096}, {128, 512, 2048})) {
@@ -814,23 +842,10 @@ void RegisterAll() {
                            {512, 4096, 32768})) {
       for (int64_t bf : {0, 1}) {
         for (int64_t batch : {1, 4}) {
-          const AttentionProblem p =
-              DecodeProblem(kv, bf ? DType::kBF16 : DType::kF32, batch);
-          if (Status sup = backend.Supports(p); !sup.ok()) {
-            Skip("decode/" + name + "/" + p.ToString(), sup.ToString());
-            continue;
-          }
-          benchmark::RegisterBenchmark(
-              ("decode/" + name).c_str(),
-              [ip, p](benchmark::State& st) {
-                RunAttention(
-                    st, "decode/" + std::string(ip->name) + "/" + p.ToString(),
-                    SharedBackend(*ip), p, true);
-              })
-              ->ArgNames({"kv_len", "bf16", "batch"})
-              ->Args({kv, bf, batch})
-              ->UseRealTime()
-              ->Unit(benchmark::kMicrosecond);
+          memory_bound(
+              "decode",
+              DecodeProblem(kv, bf ? DType::kBF16 : DType::kF32, batch),
+              {"kv_len", "bf16", "batch"}, {kv, bf, batch});
         }
       }
     }
@@ -883,22 +898,9 @@ void RegisterAll() {
                 DecodeProblem(kv, bf ? DType::kBF16 : DType::kF32, 1);
             p.kv_heads = hkv;
             p.layout = static_cast<KvLayout>(layout);
-            if (Status sup = backend.Supports(p); !sup.ok()) {
-              Skip("decode/" + name + "/" + p.ToString(), sup.ToString());
-              continue;
-            }
-            benchmark::RegisterBenchmark(
-                ("decode/" + name).c_str(),
-                [ip, p](benchmark::State& st) {
-                  RunAttention(
-                      st,
-                      "decode/" + std::string(ip->name) + "/" + p.ToString(),
-                      SharedBackend(*ip), p, true);
-                })
-                ->ArgNames({"kv_len", "bf16", "batch", "hkv", "layout"})
-                ->Args({kv, bf, 1, hkv, layout})
-                ->UseRealTime()
-                ->Unit(benchmark::kMicrosecond);
+            memory_bound("decode", p,
+                         {"kv_len", "bf16", "batch", "hkv", "layout"},
+                         {kv, bf, 1, hkv, layout});
           }
         }
       }
@@ -916,47 +918,23 @@ void RegisterAll() {
           AttentionProblem p = DecodeProblem(kv, KvBenchQDType(kvt), 1);
           p.kv_heads = hkv;
           if (kvt >= 2) p.kv_dtype = DType::kI8;
-          if (Status sup = backend.Supports(p); !sup.ok()) {
-            Skip("decode_kv/" + name + "/" + p.ToString(), sup.ToString());
-            continue;
-          }
-          benchmark::RegisterBenchmark(
-              ("decode_kv/" + name).c_str(),
-              [ip, p](benchmark::State& st) {
-                RunAttention(
-                    st,
-                    "decode_kv/" + std::string(ip->name) + "/" + p.ToString(),
-                    SharedBackend(*ip), p, true);
-              })
-              ->ArgNames({"kv_len", "hkv", "kv"})
-              ->Args({kv, hkv, kvt})
-              ->UseRealTime()
-              ->Unit(benchmark::kMicrosecond);
+          memory_bound("decode_kv", p, {"kv_len", "hkv", "kv"}, {kv, hkv, kvt});
         }
       }
     }
     // ... and the i8 cache in the other K/V layouts (1 bshd, 2 transposed V;
-    // Hkv 8; the decode tiles of a transposed V depend on the KV dtype).
+    // Hkv 8; the decode tiles of a transposed V depend on the KV dtype), with
+    // their decode_paired_kv/ twins.
     for (int64_t layout : {1, 2}) {
       for (int64_t kvt : {2, 3}) {
         AttentionProblem p = DecodeProblem(16384, KvBenchQDType(kvt), 1);
         p.kv_dtype = DType::kI8;
         p.layout = static_cast<KvLayout>(layout);
-        if (Status sup = backend.Supports(p); !sup.ok()) {
-          Skip("decode_kv/" + name + "/" + p.ToString(), sup.ToString());
-          continue;
+        for (bool paired : {false, true}) {
+          memory_bound(paired ? "decode_paired_kv" : "decode_kv", p,
+                       {"kv_len", "hkv", "kv", "layout"},
+                       {16384, p.kv_heads, kvt, layout}, paired);
         }
-        benchmark::RegisterBenchmark(
-            ("decode_kv/" + name).c_str(),
-            [ip, p](benchmark::State& st) {
-              RunAttention(
-                  st, "decode_kv/" + std::string(ip->name) + "/" + p.ToString(),
-                  SharedBackend(*ip), p, true);
-            })
-            ->ArgNames({"kv_len", "hkv", "kv", "layout"})
-            ->Args({16384, p.kv_heads, kvt, layout})
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
       }
     }
 
@@ -968,45 +946,14 @@ void RegisterAll() {
       AttentionProblem p = DecodeProblem(kv, DType::kF32, 1);
       p.q_heads = 8;
       p.kv_heads = 1;
-      if (Status sup = backend.Supports(p); !sup.ok()) {
-        Skip("decode_split/" + name + "/" + p.ToString(), sup.ToString());
-        continue;
-      }
-      benchmark::RegisterBenchmark(
-          ("decode_split/" + name).c_str(),
-          [ip, p](benchmark::State& st) {
-            RunAttention(
-                st,
-                "decode_split/" + std::string(ip->name) + "/" + p.ToString(),
-                SharedBackend(*ip), p, true);
-          })
-          ->ArgNames({"kv_len"})
-          ->Arg(kv)
-          ->UseRealTime()
-          ->Unit(benchmark::kMicrosecond);
+      memory_bound("decode_split", p, {"kv_len"}, {kv});
     }
 
     // Decode paired with the read bandwidth: the target point (kv 16k).
-    auto paired = [&](const std::string& family, const AttentionProblem& p,
-                      std::vector<std::string> arg_names,
-                      std::vector<int64_t> args) {
-      if (Status sup = backend.Supports(p); !sup.ok()) {
-        Skip(family + "/" + name + "/" + p.ToString(), sup.ToString());
-        return;
-      }
-      benchmark::RegisterBenchmark(
-          (family + "/" + name).c_str(),
-          [ip, p](benchmark::State& st) { BM_DecodePaired(st, ip, p); })
-          ->ArgNames(arg_names)
-          ->Args(args)
-          ->UseManualTime()
-          ->Iterations(kPairedRounds)
-          ->Unit(benchmark::kMicrosecond);
-    };
     for (int64_t bf : Grid({0, 1}, {1})) {
-      paired("decode_paired",
-             DecodeProblem(16384, bf ? DType::kBF16 : DType::kF32, 1),
-             {"kv_len", "bf16", "batch"}, {16384, bf, 1});
+      memory_bound("decode_paired",
+                   DecodeProblem(16384, bf ? DType::kBF16 : DType::kF32, 1),
+                   {"kv_len", "bf16", "batch"}, {16384, bf, 1}, true);
     }
     // ... in the other K/V layouts (1 bshd, 2 transposed V; Hkv 8), twins of
     // decode/'s layout grid (same shape, so the summary pairs them) ...
@@ -1015,8 +962,9 @@ void RegisterAll() {
         AttentionProblem p =
             DecodeProblem(16384, bf ? DType::kBF16 : DType::kF32, 1);
         p.layout = static_cast<KvLayout>(layout);
-        paired("decode_paired", p, {"kv_len", "bf16", "batch", "hkv", "layout"},
-               {16384, bf, 1, p.kv_heads, layout});
+        memory_bound("decode_paired", p,
+                     {"kv_len", "bf16", "batch", "hkv", "layout"},
+                     {16384, bf, 1, p.kv_heads, layout}, true);
       }
     }
     // ... and the quantized cache against bf16 at GQA and MHA heads (kv: 1
@@ -1026,17 +974,8 @@ void RegisterAll() {
         AttentionProblem p = DecodeProblem(16384, KvBenchQDType(kvt), 1);
         p.kv_heads = hkv;
         if (kvt >= 2) p.kv_dtype = DType::kI8;
-        paired("decode_paired_kv", p, {"kv_len", "hkv", "kv"},
-               {16384, hkv, kvt});
-      }
-    }
-    for (int64_t layout : {1, 2}) {
-      for (int64_t kvt : {2, 3}) {
-        AttentionProblem p = DecodeProblem(16384, KvBenchQDType(kvt), 1);
-        p.kv_dtype = DType::kI8;
-        p.layout = static_cast<KvLayout>(layout);
-        paired("decode_paired_kv", p, {"kv_len", "hkv", "kv", "layout"},
-               {16384, p.kv_heads, kvt, layout});
+        memory_bound("decode_paired_kv", p, {"kv_len", "hkv", "kv"},
+                     {16384, hkv, kvt}, true);
       }
     }
 
