@@ -208,13 +208,25 @@ def ApproximateMath : Pass<"attnkit-approximate-math"> {
     exp2(-inf) = 0 and NaN in, NaN out (exp2 flushes results below 2^-126
     to 0). f64 and other math ops are left as they are.
 
+    With `avx512`, exp2 of a vector<16xf32> is instead p(x - n) scaled by
+    2^n in one x86vector.avx512.mask.scalef, n = round(x) and p the
+    polynomial of runtime/exp2_poly.h (simd's): ~11 instructions, zero (by
+    the scalef's write mask) where x < -125.5, so no result is subnormal.
+    Only for code that runs on AVX-512F (the JIT's host; attnkit-compile's
+    --avx512-exp2).
+
     Before: %p = math.exp2 %x : f32
     After:  <range reduction, a polynomial, exponent bit insertion>
             (math.fma / math.floor / arith.fptosi / arith.bitcast ...)
   }];
+  let options = [
+    Option<"avx512", "avx512", "bool", /*default=*/"false",
+           "exp2 of vector<16xf32> on x86vector.avx512.mask.scalef (code "
+           "for AVX-512F CPUs only)">
+  ];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",
-    "mlir::vector::VectorDialect"
+    "mlir::vector::VectorDialect", "mlir::x86vector::X86VectorDialect"
   ];
 }
 

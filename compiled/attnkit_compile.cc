@@ -119,6 +119,14 @@ static cl::opt<bool>
     bf16DotOpt("bf16-dot",
                cl::desc("QK^T on AVX512_BF16's vdpbf16ps (bf16 Q and K/V)"),
                cl::init(false));
+// exp2 on vscalefps (attnkit-approximate-math{avx512}). Unset: whether this
+// host has AVX-512F, as the JIT decides and as the AOT objects (compiled
+// with -march=native) need; the IR tests set it, so their output does not
+// depend on the machine.
+static cl::opt<cl::boolOrDefault> avx512Exp2Opt(
+    "avx512-exp2",
+    cl::desc("exp2 of 16-lane vectors on AVX-512's vscalefps (default: "
+             "whether this host has AVX-512F)"));
 // A band of KV heads per call (KernelSpec::headed; the backend's BSHD decode).
 static cl::opt<bool>
     headedOpt("headed",
@@ -283,6 +291,9 @@ static int run(int argc, char **argv) {
   options.flash.queryTile = spec.queryTile;
   options.flash.kvTile = block ? kvTile : spec.kvTile;
   options.vectorize.bf16Dot = spec.bf16Dot;
+  options.math.avx512 = avx512Exp2Opt == cl::BOU_UNSET
+                            ? hostHasAvx512F()
+                            : avx512Exp2Opt == cl::BOU_TRUE;
   options.printIrAfterAll = printAfterAll;
   if (emitLlvmIr) {
     // A listed kernel is named by its AOT symbol: the one aot.h gives the

@@ -11,6 +11,7 @@
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Host.h"
 
 #include <functional>
 
@@ -98,6 +99,16 @@ LogicalResult runPipeline(ModuleOp module, std::initializer_list<Step> steps,
 
 } // namespace
 
+bool hostHasAvx512F() {
+  static const bool has = [] {
+    const llvm::StringMap<bool, llvm::MallocAllocator> features =
+        llvm::sys::getHostCPUFeatures();
+    auto it = features.find("avx512f");
+    return it != features.end() && it->second;
+  }();
+  return has;
+}
+
 LogicalResult lowerToStage(ModuleOp module, Stage stage,
                            const PipelineOptions &options) {
   if (stage == Stage::kAttention)
@@ -147,16 +158,21 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
   // are left: canonicalize folds their dims to memref.dim and erases them;
   // the bufferization passes (a fifth of the MLIR time) have nothing to do.
   const LogicalResult lowered =
-      tensorsLeft ? runPipeline(module,
-                                {{.text = kBufferizePipeline},
-                                 {.create = createApproximateMath},
-                                 {.text = kAfterApproximation}},
-                                options)
-                  : runPipeline(module,
-                                {{.text = "canonicalize"},
-                                 {.create = createApproximateMath},
-                                 {.text = "canonicalize,cse"}},
-                                options);
+      tensorsLeft
+          ? runPipeline(
+                module,
+                {{.text = kBufferizePipeline},
+                 {.create =
+                      [&] { return createApproximateMath(options.math); }},
+                 {.text = kAfterApproximation}},
+                options)
+          : runPipeline(
+                module,
+                {{.text = "canonicalize"},
+                 {.create =
+                      [&] { return createApproximateMath(options.math); }},
+                 {.text = "canonicalize,cse"}},
+                options);
   if (failed(lowered))
     return failure();
   if (stage == Stage::kVectorized)

@@ -35,9 +35,16 @@ struct PipelineOptions {
   FlashAttentionOptions flash;
   /// attnkit-vectorize-flash's options (bf16Dot: KernelSpec::bf16Dot).
   VectorizeFlashOptions vectorize;
+  /// attnkit-approximate-math's options (avx512: hostHasAvx512F() for code
+  /// that runs where it is compiled).
+  ApproximateMathOptions math;
   /// Print the IR after every pass to stderr (`--print-ir-after-all`).
   bool printIrAfterAll = false;
 };
+
+/// Whether this machine's LLVM host features -- what the JIT generates code
+/// for, and the AOT objects' -march=native -- include AVX-512F.
+bool hostHasAvx512F();
 
 /// Lowers `module` (as built by buildAttention or buildAttentionBlock) to
 /// `stage`.

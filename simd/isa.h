@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 
+#include "runtime/exp2_poly.h"
 #include "runtime/problem.h"
 #include "simd/kernel.h"
 #include "xsimd/xsimd.hpp"
@@ -48,11 +49,11 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.4426950408889634f;
 
-// exp2 polynomial on [-0.5, 0.5] (Cephes exp2f: ~2 ulp). p(0) == 1 exactly,
-// so alpha = exp2(0) is exactly 1 and an unchanged max rescales nothing.
-constexpr float kE0 = 1.535336188319500e-4f, kE1 = 1.339887440266574e-3f,
-                kE2 = 9.618437357674640e-3f, kE3 = 5.550332471162809e-2f,
-                kE4 = 2.402264791363012e-1f, kE5 = 6.931472028550421e-1f;
+// exp2 polynomial on [-0.5, 0.5]: runtime/exp2_poly.h (the compiled tier's
+// AVX-512 exp2 evaluates the same one).
+constexpr float kE0 = kExp2Nearest[0], kE1 = kExp2Nearest[1],
+                kE2 = kExp2Nearest[2], kE3 = kExp2Nearest[3],
+                kE4 = kExp2Nearest[4], kE5 = kExp2Nearest[5];
 
 inline float Bf16ToF32(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;

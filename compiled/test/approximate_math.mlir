@@ -1,7 +1,8 @@
 // attnkit-approximate-math alone: exp2/exp/log2/log on f32 become
-// polynomials (no libm call left), f64 and other math ops stay, and the pass
-// takes no option.
+// polynomials (no libm call left), f64 and other math ops stay; its one
+// option, avx512, puts exp2 of 16-lane vectors on vscalefps.
 // RUN: attnkit-opt %s --split-input-file --attnkit-approximate-math | FileCheck %s
+// RUN: attnkit-opt %s --split-input-file --pass-pipeline='builtin.module(attnkit-approximate-math{avx512=1})' | FileCheck %s --check-prefix=AVX512
 // RUN: not attnkit-opt %s --pass-pipeline='builtin.module(attnkit-approximate-math{degree=7})' 2>&1 | FileCheck %s --check-prefix=OPTION
 // OPTION: no such option degree
 
@@ -26,6 +27,13 @@ func.func @exp2_scalar(%x: f32) -> f32 {
   return %y : f32
 }
 
+// Without 16 lanes there is no vscalefps: a scalar takes the polynomial
+// above with avx512 too.
+// AVX512-LABEL: func.func @exp2_scalar
+// AVX512:         math.floor
+// AVX512:         arith.bitcast
+// AVX512-NOT:     x86vector
+
 // -----
 
 // The softmax's case: vectors of 16.
@@ -34,6 +42,26 @@ func.func @exp2_scalar(%x: f32) -> f32 {
 // CHECK:         math.fma {{.*}} : vector<16xf32>
 // CHECK-NOT:     math.exp
 // CHECK:         return
+
+// avx512: n = round(min(x, 128)), f = x - n zeroed (like the result) where
+// not x >= -125.5 (unordered: NaN stays), simd's polynomial (6 FMAs, the
+// last adding 1), then p * 2^n in one masked scalef (operands in the
+// intrinsic's order: the value, the exponents, the masked-off lanes' 0),
+// its mask the compare's 16 bits. No exponent bits, no floor.
+// AVX512-LABEL: func.func @exp_vector
+// AVX512:         %[[C128:.*]] = arith.constant dense<1.280000e+02> : vector<16xf32>
+// AVX512:         %[[XC:.*]] = arith.minimumf %[[X:.*]], %[[C128]] : vector<16xf32>
+// AVX512:         %[[KEEP:.*]] = arith.cmpf uge, %[[X]], %{{.*}} : vector<16xf32>
+// AVX512:         %[[N:.*]] = math.roundeven %[[XC]] : vector<16xf32>
+// AVX512:         %[[D:.*]] = arith.subf %[[XC]], %[[N]] : vector<16xf32>
+// AVX512:         %[[F:.*]] = arith.select %[[KEEP]], %[[D]], %[[ZERO:.*]] : vector<16xi1>, vector<16xf32>
+// AVX512-COUNT-6: math.fma %{{.*}}, %[[F]], %{{.*}}
+// AVX512:         %[[BITS:.*]] = vector.bitcast %[[KEEP]] : vector<16xi1> to vector<1xi16>
+// AVX512:         %[[K:.*]] = vector.extract %[[BITS]][0] : i16 from vector<1xi16>
+// AVX512:         x86vector.avx512.mask.scalef %{{.*}}, %[[N]], %[[ZERO]], %[[K]], %{{.*}} : vector<16xf32>
+// AVX512-NOT:     arith.shli
+// AVX512-NOT:     math.floor
+// AVX512:         return
 func.func @exp_vector(%x: vector<16xf32>) -> vector<16xf32> {
   %y = math.exp %x : vector<16xf32>
   return %y : vector<16xf32>

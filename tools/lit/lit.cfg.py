@@ -13,6 +13,9 @@
 #                    run the rest of the line, send it the signal after S
 #                    seconds, print "exit: N" (tools/lit/interrupt.py)
 #   %python          this Python (checks of written JSON files)
+#   %mlir_c_runner_utils
+#                    MLIR's runtime library for mlir-runner (vector.print)
+# and the feature avx512f when this CPU runs AVX-512F code (`%if avx512f`).
 #   %example_plugin, %example_plugin_<variant>
 #                    the example plug-in (plugin/example/) and its variants
 import os
@@ -51,6 +54,15 @@ config.substitutions.append(
      '"%s" "%s"' % (sys.executable,
                     os.path.join(os.path.dirname(__file__), "interrupt.py"))))
 config.substitutions.append(("%python", '"%s"' % sys.executable))
+config.substitutions.append(
+    ("%mlir_c_runner_utils",
+     os.path.normpath(os.path.join(config.llvm_tools_dir, "..", "lib",
+                                   "libmlir_c_runner_utils.so"))))
+with open("/proc/cpuinfo") as cpuinfo:
+    for line in cpuinfo:
+        if line.startswith("flags") and "avx512f" in line.split():
+            config.available_features.add("avx512f")
+            break
 config.substitutions.append(
     ("%expect-exit",
      '"%s" "%s"' % (sys.executable,
