@@ -157,22 +157,19 @@ LogicalResult lowerToStage(ModuleOp module, Stage stage,
   // After a complete vectorization only dead tensor views of the arguments
   // are left: canonicalize folds their dims to memref.dim and erases them;
   // the bufferization passes (a fifth of the MLIR time) have nothing to do.
+  const Step approximate{
+      .create = [&] { return createApproximateMath(options.math); }};
   const LogicalResult lowered =
-      tensorsLeft
-          ? runPipeline(
-                module,
-                {{.text = kBufferizePipeline},
-                 {.create =
-                      [&] { return createApproximateMath(options.math); }},
-                 {.text = kAfterApproximation}},
-                options)
-          : runPipeline(
-                module,
-                {{.text = "canonicalize"},
-                 {.create =
-                      [&] { return createApproximateMath(options.math); }},
-                 {.text = "canonicalize,cse"}},
-                options);
+      tensorsLeft ? runPipeline(module,
+                                {{.text = kBufferizePipeline},
+                                 approximate,
+                                 {.text = kAfterApproximation}},
+                                options)
+                  : runPipeline(module,
+                                {{.text = "canonicalize"},
+                                 approximate,
+                                 {.text = "canonicalize,cse"}},
+                                options);
   if (failed(lowered))
     return failure();
   if (stage == Stage::kVectorized)

@@ -15,9 +15,9 @@
 #   %python          this Python (checks of written JSON files)
 #   %mlir_c_runner_utils
 #                    MLIR's runtime library for mlir-runner (vector.print)
-# and the feature avx512f when this CPU runs AVX-512F code (`%if avx512f`).
 #   %example_plugin, %example_plugin_<variant>
 #                    the example plug-in (plugin/example/) and its variants
+# and the feature avx512f when this CPU runs AVX-512F code (`%if avx512f`).
 import os
 import re
 import sys
