@@ -209,8 +209,10 @@ def ApproximateMath : Pass<"attnkit-approximate-math"> {
     to 0). f64 and other math ops are left as they are.
 
     With `avx512`, exp2 of a vector<16xf32> is instead p(x - n) scaled by
-    2^n in one x86vector.avx512.mask.scalef, n = round(x) and p the
-    polynomial of runtime/exp2_poly.h (simd's): ~11 instructions, zero (by
+    2^n in one x86vector.avx512.mask.scalef, f = x - round(x) from one
+    vreduceps (llvm.x86.avx512.mask.reduce.ps.512 through
+    llvm.call_intrinsic), n = x - f and p the polynomial of
+    runtime/exp2_poly.h (simd's): ~10 instructions, zero (by
     the scalef's write mask) where x < -125.5, so no result is subnormal.
     Only for code that runs on AVX-512F (the JIT's host; attnkit-compile's
     --avx512-exp2).
@@ -226,7 +228,8 @@ def ApproximateMath : Pass<"attnkit-approximate-math"> {
   ];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",
-    "mlir::vector::VectorDialect", "mlir::x86vector::X86VectorDialect"
+    "mlir::vector::VectorDialect", "mlir::x86vector::X86VectorDialect",
+    "mlir::LLVM::LLVMDialect"
   ];
 }
 

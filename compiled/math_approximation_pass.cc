@@ -22,6 +22,7 @@
 #include "runtime/exp2_poly.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Approximation.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
@@ -112,15 +113,17 @@ struct Exp2Poly : OpRewritePattern<math::Exp2Op> {
 };
 
 /// exp2 of a vector<16xf32> on AVX-512 (the pass's `avx512`), as simd's
-/// Exp2 computes it: p(f) * 2^n in one vscalefps, n = round(min(x, 128)),
-/// f = x - n in [-0.5, 0.5], p runtime/exp2_poly.h's polynomial; lanes with
-/// x < -125.5 are zeroed by the scalef's write mask (and f's), so no result
-/// is subnormal (an underflowing vscalefps costs a microcode assist on
-/// Intel cores: simd/isa.h) and exp2(-inf) = 0. NaN fails the "x < -125.5"
-/// test and stays NaN through min, round and scalef; x >= 128 gives +inf.
-/// ~11 instructions (min, compare, round, masked sub, 6 FMAs, scalef)
-/// against Exp2Poly's ~14: the clamp to -127 and the exponent's convert,
-/// add, shift and multiply are the scalef and its mask.
+/// Exp2 computes it: p(f) * 2^n in one vscalefps, f = x - round(x) in
+/// [-0.5, 0.5] from one vreduceps and n = x - f (exact), p runtime/
+/// exp2_poly.h's polynomial; lanes with x < -125.5 are zeroed by the
+/// scalef's write mask (and f's), so no result is subnormal (an underflowing
+/// vscalefps costs a microcode assist on Intel cores: simd/isa.h) and
+/// exp2(-inf) = 0. NaN fails the "x < -125.5" test and stays NaN through
+/// the reduction and the scalef; x >= 128 gives +inf. ~10 instructions
+/// (compare, reduce, sub, 6 FMAs, scalef) against Exp2Poly's ~14: the clamp
+/// to -127 and the exponent's convert, add, shift and multiply are the
+/// scalef and its mask, and vreduceps takes one FMA-port slot where
+/// math.roundeven's vrndscaleps takes two (simd/isa.h).
 struct Exp2Scalef : OpRewritePattern<math::Exp2Op> {
   Exp2Scalef(MLIRContext *ctx) : OpRewritePattern(ctx, /*benefit=*/2) {}
   LogicalResult matchAndRewrite(math::Exp2Op op,
@@ -131,29 +134,36 @@ struct Exp2Scalef : OpRewritePattern<math::Exp2Op> {
       return failure();
     Location loc = op.getLoc();
     Value x = op.getOperand();
-    Value xc = arith::MinimumFOp::create(
-        rewriter, loc, floatConst(rewriter, loc, t, 128.0), x);
     // Not (x < -125.5): unordered-or-greater-equal keeps the NaN lanes.
     Value keep = arith::CmpFOp::create(rewriter, loc, arith::CmpFPredicate::UGE,
                                        x, floatConst(rewriter, loc, t, -125.5));
-    Value n = math::RoundEvenOp::create(rewriter, loc, xc);
     Value zero = floatConst(rewriter, loc, t, 0.0);
-    // Masked like the scalef: -inf - -inf would be an invalid operation.
-    Value f = arith::SelectOp::create(
-        rewriter, loc, keep, arith::SubFOp::create(rewriter, loc, xc, n), zero);
+    auto i16 = VectorType::get({1}, rewriter.getI16Type());
+    Value k = vector::ExtractOp::create(
+        rewriter, loc, vector::BitCastOp::create(rewriter, loc, i16, keep),
+        ArrayRef<int64_t>{0});
+    auto i32 = [&](int32_t v) {
+      return arith::ConstantOp::create(rewriter, loc,
+                                       rewriter.getI32IntegerAttr(v));
+    };
+    // f = x - round(x) in the kept lanes, 0 in the others (reducing -inf
+    // would be an invalid operation): vreduceps, which x86vector has no op
+    // for. Its immediate 8: keep 0 fraction bits, round to nearest even,
+    // suppress the precision exception; rounding 4: the current direction.
+    Value f = LLVM::CallIntrinsicOp::create(
+                  rewriter, loc, t,
+                  rewriter.getStringAttr("llvm.x86.avx512.mask.reduce.ps.512"),
+                  ValueRange{x, i32(8), zero, k, i32(4)})
+                  .getResult(0);
+    Value n = arith::SubFOp::create(rewriter, loc, x, f);
     Value p = floatConst(rewriter, loc, t, kExp2Nearest[0]);
     for (int i = 1; i < 6; ++i)
       p = math::FmaOp::create(rewriter, loc, p, f,
                               floatConst(rewriter, loc, t, kExp2Nearest[i]));
     p = math::FmaOp::create(rewriter, loc, p, f,
                             floatConst(rewriter, loc, t, 1.0));
-    auto i16 = VectorType::get({1}, rewriter.getI16Type());
-    Value k = vector::ExtractOp::create(
-        rewriter, loc, vector::BitCastOp::create(rewriter, loc, i16, keep),
-        ArrayRef<int64_t>{0});
     // _MM_FROUND_CUR_DIRECTION: scalef is exact unless it over- or underflows.
-    Value rounding =
-        arith::ConstantOp::create(rewriter, loc, rewriter.getI32IntegerAttr(4));
+    Value rounding = i32(4);
     // MLIR 22 hands the op's operands to llvm.x86.avx512.mask.scalef.ps.512
     // in their order, whose signature is (a, b, passthru, k, rounding):
     // the op's `src` is the scaled value, `a` the exponents and `b` the

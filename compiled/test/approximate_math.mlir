@@ -43,22 +43,23 @@ func.func @exp2_scalar(%x: f32) -> f32 {
 // CHECK-NOT:     math.exp
 // CHECK:         return
 
-// avx512: n = round(min(x, 128)), f = x - n zeroed (like the result) where
-// not x >= -125.5 (unordered: NaN stays), simd's polynomial (6 FMAs, the
-// last adding 1), then p * 2^n in one masked scalef (operands in the
+// avx512: f = x - round(x) from one vreduceps (the LLVM intrinsic; imm 8:
+// nearest, no precision exception), zeroed (like the result) where not
+// x >= -125.5 (unordered: NaN stays), n = x - f, simd's polynomial (6 FMAs,
+// the last adding 1), then p * 2^n in one masked scalef (operands in the
 // intrinsic's order: the value, the exponents, the masked-off lanes' 0),
-// its mask the compare's 16 bits. No exponent bits, no floor.
+// both masks the compare's 16 bits. No clamp, no round, no exponent bits,
+// no floor.
 // AVX512-LABEL: func.func @exp_vector
-// AVX512:         %[[C128:.*]] = arith.constant dense<1.280000e+02> : vector<16xf32>
-// AVX512:         %[[XC:.*]] = arith.minimumf %[[X:.*]], %[[C128]] : vector<16xf32>
-// AVX512:         %[[KEEP:.*]] = arith.cmpf uge, %[[X]], %{{.*}} : vector<16xf32>
-// AVX512:         %[[N:.*]] = math.roundeven %[[XC]] : vector<16xf32>
-// AVX512:         %[[D:.*]] = arith.subf %[[XC]], %[[N]] : vector<16xf32>
-// AVX512:         %[[F:.*]] = arith.select %[[KEEP]], %[[D]], %[[ZERO:.*]] : vector<16xi1>, vector<16xf32>
-// AVX512-COUNT-6: math.fma %{{.*}}, %[[F]], %{{.*}}
+// AVX512-NOT:     arith.minimumf
+// AVX512:         %[[KEEP:.*]] = arith.cmpf uge, %[[X:.*]], %{{.*}} : vector<16xf32>
 // AVX512:         %[[BITS:.*]] = vector.bitcast %[[KEEP]] : vector<16xi1> to vector<1xi16>
 // AVX512:         %[[K:.*]] = vector.extract %[[BITS]][0] : i16 from vector<1xi16>
+// AVX512:         %[[F:.*]] = llvm.call_intrinsic "llvm.x86.avx512.mask.reduce.ps.512"(%[[X]], %c8_i32, %[[ZERO:[^,]+]], %[[K]], %c4_i32) : (vector<16xf32>, i32, vector<16xf32>, i16, i32) -> vector<16xf32>
+// AVX512:         %[[N:.*]] = arith.subf %[[X]], %[[F]] : vector<16xf32>
+// AVX512-COUNT-6: math.fma %{{.*}}, %[[F]], %{{.*}}
 // AVX512:         x86vector.avx512.mask.scalef %{{.*}}, %[[N]], %[[ZERO]], %[[K]], %{{.*}} : vector<16xf32>
+// AVX512-NOT:     math.roundeven
 // AVX512-NOT:     arith.shli
 // AVX512-NOT:     math.floor
 // AVX512:         return
