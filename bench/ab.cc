@@ -61,8 +61,13 @@ std::string CommandText(const std::vector<std::string>& argv) {
 AbRowSummary SummarizeAbRow(const AbRow& row, double threshold) {
   AbRowSummary s;
   std::vector<double> ratios, base_limit, new_limit;
+  double base_best = INFINITY, new_best = INFINITY;
   for (const AbRound& r : row.rounds) {
-    if (r.base_ns > 0 && r.new_ns > 0) ratios.push_back(r.new_ns / r.base_ns);
+    if (r.base_ns > 0 && r.new_ns > 0) {
+      ratios.push_back(r.new_ns / r.base_ns);
+      base_best = std::min(base_best, r.base_ns);
+      new_best = std::min(new_best, r.new_ns);
+    }
     base_limit.push_back(r.base_limit);
     new_limit.push_back(r.new_limit);
   }
@@ -72,6 +77,7 @@ AbRowSummary SummarizeAbRow(const AbRow& row, double threshold) {
   std::sort(ratios.begin(), ratios.end());
   const size_t q = ratios.size() / 4;
   s.ratio = Median(ratios);
+  s.best_ratio = new_best / base_best;
   s.q1 = ratios[q];
   s.q3 = ratios[ratios.size() - 1 - q];
   if (!row.error.empty()) return s;
@@ -131,16 +137,17 @@ std::string FormatAbTable(const std::vector<AbRow>& rows, double threshold,
                           const std::string& base_label,
                           const std::string& new_label) {
   std::string out =
-      "A/B, time NEW / BASE per round (median [quartiles]), rounds NEW was "
-      "slower in; % of the limit measured in the same process (pct_peak, or "
-      "pct_read_bw_paired for decode_paired/)\n";
+      "A/B, time NEW / BASE per round (median [quartiles]), NEW's fastest "
+      "round / BASE's (best), rounds NEW was slower in; % of the limit "
+      "measured in the same process (pct_peak, or pct_read_bw_paired for "
+      "decode_paired/)\n";
   out += "  BASE " + base_label + "\n  NEW  " + new_label + "\n";
   size_t width = 9;
   for (const AbRow& r : rows) width = std::max(width, r.name.size());
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-*s %6s %13s %6s %9s %15s\n",
+  std::snprintf(buf, sizeof buf, "%-*s %6s %13s %6s %6s %9s %15s\n",
                 static_cast<int>(width), "benchmark", "ratio", "[q1-q3]",
-                "slower", "verdict", "limit% B -> N");
+                "best", "slower", "verdict", "limit% B -> N");
   out += buf;
   std::map<AbVerdict, int> counts;
   for (const AbRow& r : rows) {
@@ -152,9 +159,10 @@ std::string FormatAbTable(const std::vector<AbRow>& rows, double threshold,
         std::to_string(s.slower_rounds) + "/" + std::to_string(s.timed_rounds);
     const std::string limits =
         Fmt("%.1f", s.base_limit) + " -> " + Fmt("%.1f", s.new_limit);
-    std::snprintf(buf, sizeof buf, "%-*s %6s %13s %6s %9s %15s\n",
+    std::snprintf(buf, sizeof buf, "%-*s %6s %13s %6s %6s %9s %15s\n",
                   static_cast<int>(width), r.name.c_str(),
-                  Fmt("%.3f", s.ratio).c_str(), quart.c_str(), slower.c_str(),
+                  Fmt("%.3f", s.ratio).c_str(), quart.c_str(),
+                  Fmt("%.3f", s.best_ratio).c_str(), slower.c_str(),
                   VerdictName(s.verdict), limits.c_str());
     out += buf;
     if (!r.error.empty()) out += "    error: " + r.error + "\n";

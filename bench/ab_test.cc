@@ -59,6 +59,21 @@ TEST(AbTest, SummaryHasMedianQuartilesAndLimits) {
   EXPECT_DOUBLE_EQ(s.q3, 1.2);   // sorted[n - 1 - n / 4]
   EXPECT_DOUBLE_EQ(s.base_limit, 50);
   EXPECT_DOUBLE_EQ(s.new_limit, 40);
+  EXPECT_DOUBLE_EQ(s.best_ratio, 0.9);  // every BASE round took 100
+}
+
+TEST(AbTest, BestRatioComparesEachSidesFastestRound) {
+  // The host slowed NEW's first round and BASE's second: per-round ratios
+  // 1.5 and 0.55 resolve nothing, the fastest runs (110 / 100) do.
+  AbRow row{"x", {{100, 150, NAN, NAN}, {200, 110, NAN, NAN}}, ""};
+  row.rounds.push_back({NAN, 1, NAN, NAN});  // BASE failed: not a pair
+  const AbRowSummary s = SummarizeAbRow(row, 0.05);
+  EXPECT_DOUBLE_EQ(s.best_ratio, 1.1);
+  EXPECT_DOUBLE_EQ(s.ratio, (0.55 + 1.5) / 2);
+  const std::string table = FormatAbTable({row}, 0.05, "b", "n");
+  EXPECT_NE(table.find(" best "), std::string::npos) << table;
+  EXPECT_NE(table.find("1.100"), std::string::npos) << table;
+  EXPECT_TRUE(std::isnan(SummarizeAbRow(RowOf({}), 0.05).best_ratio));
 }
 
 TEST(AbTest, ExitStatusFailsOnSlowerFailedOrNothing) {
