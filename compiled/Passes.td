@@ -212,9 +212,9 @@ def ApproximateMath : Pass<"attnkit-approximate-math"> {
     2^n in one x86vector.avx512.mask.scalef, f = x - round(x) from one
     vreduceps (llvm.x86.avx512.mask.reduce.ps.512 through
     llvm.call_intrinsic), n = x - f and p the polynomial of
-    runtime/exp2_poly.h (simd's): ~10 instructions, zero (by
-    the scalef's write mask) where x < -125.5, so no result is subnormal.
-    Only for code that runs on AVX-512F (the JIT's host; attnkit-compile's
+    runtime/exp2_poly.h (simd's): ~10 instructions, zero (by the scalef's
+    write mask) where x < -125.5, so no result is subnormal. Only for code
+    that runs on AVX-512F and DQ (the JIT's host; attnkit-compile's
     --avx512-exp2).
 
     Before: %p = math.exp2 %x : f32
@@ -224,7 +224,7 @@ def ApproximateMath : Pass<"attnkit-approximate-math"> {
   let options = [
     Option<"avx512", "avx512", "bool", /*default=*/"false",
            "exp2 of vector<16xf32> on x86vector.avx512.mask.scalef (code "
-           "for AVX-512F CPUs only)">
+           "for AVX-512F + DQ CPUs only)">
   ];
   let dependentDialects = [
     "mlir::arith::ArithDialect", "mlir::math::MathDialect",

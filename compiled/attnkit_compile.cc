@@ -120,13 +120,13 @@ static cl::opt<bool>
                cl::desc("QK^T on AVX512_BF16's vdpbf16ps (bf16 Q and K/V)"),
                cl::init(false));
 // exp2 on vscalefps (attnkit-approximate-math{avx512}). Unset: whether this
-// host has AVX-512F, as the JIT decides and as the AOT objects (compiled
+// host has AVX-512F and DQ, as the JIT decides and as the AOT objects (compiled
 // with -march=native) need; the IR tests set it, so their output does not
 // depend on the machine.
 static cl::opt<cl::boolOrDefault> avx512Exp2Opt(
     "avx512-exp2",
     cl::desc("exp2 of 16-lane vectors on AVX-512's vscalefps (default: "
-             "whether this host has AVX-512F)"));
+             "whether this host has AVX-512F and DQ)"));
 // A band of KV heads per call (KernelSpec::headed; the backend's BSHD decode).
 static cl::opt<bool>
     headedOpt("headed",
@@ -292,7 +292,7 @@ static int run(int argc, char **argv) {
   options.flash.kvTile = block ? kvTile : spec.kvTile;
   options.vectorize.bf16Dot = spec.bf16Dot;
   options.math.avx512 = avx512Exp2Opt == cl::BOU_UNSET
-                            ? hostHasAvx512F()
+                            ? hostHasAvx512Dq()
                             : avx512Exp2Opt == cl::BOU_TRUE;
   options.printIrAfterAll = printAfterAll;
   if (emitLlvmIr) {

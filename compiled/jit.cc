@@ -284,7 +284,7 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   pipeline.flash.kvTile = spec.kvTile;
   pipeline.vectorize.bf16Dot = spec.bf16Dot;
   // Code for this host (hostMachine()): its exp2 on vscalefps if it can.
-  pipeline.math.avx512 = hostHasAvx512F();
+  pipeline.math.avx512 = hostHasAvx512Dq();
   phases.buildMillis = since();
   std::string diag;
   {
@@ -387,7 +387,7 @@ CompiledKernel::compileBlock(const BlockSpec &spec,
   PipelineOptions pipeline;
   pipeline.flash.queryTile = spec.queryTile;
   pipeline.flash.kvTile = kKvTile;
-  pipeline.math.avx512 = hostHasAvx512F();
+  pipeline.math.avx512 = hostHasAvx512Dq();
   return compileRecipe(
       {spec.key(), kBlockName,
        [&](mlir::MLIRContext &ctx) { return buildAttentionBlock(ctx, spec); },

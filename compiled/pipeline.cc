@@ -99,12 +99,16 @@ LogicalResult runPipeline(ModuleOp module, std::initializer_list<Step> steps,
 
 } // namespace
 
-bool hostHasAvx512F() {
+bool hostHasAvx512Dq() {
   static const bool has = [] {
     const llvm::StringMap<bool, llvm::MallocAllocator> features =
         llvm::sys::getHostCPUFeatures();
-    auto it = features.find("avx512f");
-    return it != features.end() && it->second;
+    for (const char *f : {"avx512f", "avx512dq"}) {
+      auto it = features.find(f);
+      if (it == features.end() || !it->second)
+        return false;
+    }
+    return true;
   }();
   return has;
 }

@@ -35,7 +35,7 @@ struct PipelineOptions {
   FlashAttentionOptions flash;
   /// attnkit-vectorize-flash's options (bf16Dot: KernelSpec::bf16Dot).
   VectorizeFlashOptions vectorize;
-  /// attnkit-approximate-math's options (avx512: hostHasAvx512F() for code
+  /// attnkit-approximate-math's options (avx512: hostHasAvx512Dq() for code
   /// that runs where it is compiled).
   ApproximateMathOptions math;
   /// Print the IR after every pass to stderr (`--print-ir-after-all`).
@@ -43,8 +43,9 @@ struct PipelineOptions {
 };
 
 /// Whether this machine's LLVM host features -- what the JIT generates code
-/// for, and the AOT objects' -march=native -- include AVX-512F.
-bool hostHasAvx512F();
+/// for, and the AOT objects' -march=native -- include AVX-512F and DQ (the
+/// AVX-512 exp2's vscalefps and vreduceps).
+bool hostHasAvx512Dq();
 
 /// Lowers `module` (as built by buildAttention or buildAttentionBlock) to
 /// `stage`.

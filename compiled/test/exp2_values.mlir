@@ -1,6 +1,6 @@
 // The exp2 lowerings' values, run (mlir-runner): attnkit-approximate-math's
 // polynomial everywhere, and its vscalefps form (avx512) on a CPU with
-// AVX-512F. Over x in [-133, 127.5) (step 0.0151, 17248 points) the largest
+// AVX-512F and DQ. Over x in [-133, 127.5) (step 0.0151, 17248 points) the largest
 // relative error against libm's f64 exp2 must stay under 2.5e-7 (~2 ulp; both
 // measure ~6-7e-8), counting none where exp2(x) < 2^-125.5 and the result is
 // flushed to at most that; then the special values exactly: exp2(-inf) = 0
@@ -8,7 +8,7 @@
 // -125.5 the avx512 form gives 0 (its write mask: no subnormal result), the
 // polynomial keeps 2^-126 and flushes from -127.
 // RUN: attnkit-opt %s --pass-pipeline="builtin.module(attnkit-approximate-math,convert-scf-to-cf,convert-vector-to-scf{full-unroll=1},convert-vector-to-llvm{enable-x86vector=1},convert-scf-to-cf,convert-math-to-llvm,convert-arith-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,reconcile-unrealized-casts)" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_c_runner_utils | FileCheck %s --check-prefixes=CHECK,POLY
-// RUN: %if avx512f %{ attnkit-opt %s --pass-pipeline="builtin.module(attnkit-approximate-math{avx512=1},convert-scf-to-cf,convert-vector-to-scf{full-unroll=1},convert-vector-to-llvm{enable-x86vector=1},convert-scf-to-cf,convert-math-to-llvm,convert-arith-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,reconcile-unrealized-casts)" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_c_runner_utils | FileCheck %s --check-prefixes=CHECK,AVX512 %}
+// RUN: %if avx512dq %{ attnkit-opt %s --pass-pipeline="builtin.module(attnkit-approximate-math{avx512=1},convert-scf-to-cf,convert-vector-to-scf{full-unroll=1},convert-vector-to-llvm{enable-x86vector=1},convert-scf-to-cf,convert-math-to-llvm,convert-arith-to-llvm,convert-func-to-llvm,convert-cf-to-llvm,reconcile-unrealized-casts)" | mlir-runner -e main -entry-point-result=void -shared-libs=%mlir_c_runner_utils | FileCheck %s --check-prefixes=CHECK,AVX512 %}
 
 // CHECK:       max rel err
 // CHECK-NEXT:  within 2.5e-7: 1

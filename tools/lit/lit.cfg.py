@@ -17,7 +17,8 @@
 #                    MLIR's runtime library for mlir-runner (vector.print)
 #   %example_plugin, %example_plugin_<variant>
 #                    the example plug-in (plugin/example/) and its variants
-# and the feature avx512f when this CPU runs AVX-512F code (`%if avx512f`).
+# and the feature avx512dq when this CPU runs AVX-512F and DQ code
+# (`%if avx512dq`).
 import os
 import re
 import sys
@@ -60,8 +61,9 @@ config.substitutions.append(
                                    "libmlir_c_runner_utils.so"))))
 with open("/proc/cpuinfo") as cpuinfo:
     for line in cpuinfo:
-        if line.startswith("flags") and "avx512f" in line.split():
-            config.available_features.add("avx512f")
+        if line.startswith("flags"):
+            if {"avx512f", "avx512dq"} <= set(line.split()):
+                config.available_features.add("avx512dq")
             break
 config.substitutions.append(
     ("%expect-exit",
