@@ -12,6 +12,8 @@
 #include <map>
 #include <set>
 
+#include "bench/decode_bandwidth.h"
+#include "bench/prefill_paired.h"
 #include "runtime/stats.h"
 
 extern char** environ;
@@ -124,8 +126,9 @@ std::string ExactNameFilter(std::string_view name) {
 }
 
 double LimitOf(const BenchmarkSamples& s) {
-  for (const char* m : {"pct_read_bw_paired", "pct_peak"}) {
-    auto it = s.metrics.find(m);
+  for (std::string_view m :
+       {kPctReadBwPaired, kPctFmaPaired, std::string_view("pct_peak")}) {
+    auto it = s.metrics.find(std::string(m));
     if (it != s.metrics.end() && !it->second.empty()) {
       return MedianOf(it->second);
     }
@@ -139,8 +142,9 @@ std::string FormatAbTable(const std::vector<AbRow>& rows, double threshold,
   std::string out =
       "A/B, time NEW / BASE per round (median [quartiles]), NEW's fastest "
       "round / BASE's (best), rounds NEW was slower in; % of the limit "
-      "measured in the same process (pct_peak, or pct_read_bw_paired for "
-      "decode_paired/)\n";
+      "measured in the same process (pct_peak, or the paired figure: "
+      "pct_read_bw_paired for decode_paired/, pct_fma_paired for "
+      "prefill_paired/)\n";
   out += "  BASE " + base_label + "\n  NEW  " + new_label + "\n";
   size_t width = 9;
   for (const AbRow& r : rows) width = std::max(width, r.name.size());

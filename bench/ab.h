@@ -24,7 +24,8 @@ namespace attnkit::bench {
 
 // One round of one benchmark: each binary's wall time per iteration, and its
 // % of the same process's limit (pct_read_bw_paired for decode_paired/,
-// else pct_peak; NAN when the benchmark reports neither).
+// pct_fma_paired for prefill_paired/, else pct_peak; NAN when the benchmark
+// reports none).
 struct AbRound {
   double base_ns = NAN, new_ns = NAN;
   double base_limit = NAN, new_limit = NAN;
@@ -78,8 +79,8 @@ inline bool AbBaseFirst(int round, int row) { return (round + row) % 2 == 0; }
 // regex metacharacter escaped.
 std::string ExactNameFilter(std::string_view name);
 
-// The limit metric of a benchmark's samples: pct_read_bw_paired, else
-// pct_peak; NAN when neither.
+// The limit metric of a benchmark's samples: a paired figure
+// (pct_read_bw_paired, pct_fma_paired), else pct_peak; NAN when none.
 double LimitOf(const BenchmarkSamples& s);
 
 // The table: per row the median ratio [quartiles], the verdict, both sides'

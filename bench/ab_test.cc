@@ -100,12 +100,18 @@ TEST(AbTest, ExactNameFilterMatchesOnlyTheName) {
                                  std::regex(ExactNameFilter(odd))));
 }
 
-TEST(AbTest, LimitPrefersThePairedReadShare) {
+TEST(AbTest, LimitPrefersThePairedShare) {
   BenchmarkSamples s;
   s.metrics["pct_peak"] = {70, 80, 90};
   EXPECT_DOUBLE_EQ(LimitOf(s), 80);
   s.metrics["pct_read_bw_paired"] = {60};
   EXPECT_DOUBLE_EQ(LimitOf(s), 60);
+  BenchmarkSamples prefill;
+  prefill.metrics["pct_peak"] = {70, 80, 90};
+  prefill.metrics["pct_fma_paired"] = {85, 75};
+  EXPECT_DOUBLE_EQ(LimitOf(prefill), 80);  // the median of 75 and 85
+  prefill.metrics["pct_fma_paired"] = {85, 75, 95};
+  EXPECT_DOUBLE_EQ(LimitOf(prefill), 85);
   EXPECT_TRUE(std::isnan(LimitOf(BenchmarkSamples{})));
 }
 

@@ -7,6 +7,9 @@
 //   calibration/fma/threads:N       FP32 FMA peak (GFLOPS)
 //   calibration/read_bw/threads:N   memory read bandwidth (GBps)
 //   prefill/<backend>/S:../d:../causal:../hkv:..      (hq 32, batch 1)
+//   prefill_paired/<backend>/S:2048/d:128/causal:../hkv:.. prefill vs an
+//                                                      adjacent FMA loop,
+//                                                      per round
 //   decode/<backend>/kv_len:../bf16:../batch:..       (hq 32, hkv 8, d 128)
 //   decode_paired/<backend>/kv_len:../bf16:../batch:.. decode vs an adjacent
 //                                                      read pass, per round
@@ -41,6 +44,7 @@
 #include "backends/registry.h"
 #include "bench/calibration.h"
 #include "bench/output_check.h"
+#include "bench/prefill_paired.h"
 #include "bench/run_data.h"
 #include "decode/step.h"
 #include "reference/attention_block.h"
@@ -350,6 +354,72 @@ void BM_DecodePaired(benchmark::State& state, const BackendSource* info,
       benchmark::Counter::kIsRate);
   state.counters["read_GBps"] = Median(read_gbps);
   state.counters["pct_read_bw_paired"] = Median(pct);
+}
+
+// ------------------------------------------------------------ prefill paired
+
+// prefill/'s pct_peak divides the median call by the FMA peak measured at
+// the start of the run; on a shared host the tenants take a different share
+// of each (Intel Xeon under KVM, 2 cores, GCC 12.2, 2026-11-27: two-thread
+// prefill rounds of one binary 0.56-1.60x apart), so that figure mostly
+// says how loud the host was. Here each iteration is one round: the FMA
+// chains of calibration/fma on all threads for as long as the last call
+// took, then one call, so both halves see the same tenant load:
+//   pct_fma_paired = median over rounds of
+//                    100 * (prefill GFLOPS) / (FMA-loop GFLOPS of the round)
+// The manual time is the call's, so time and GFLOPS compare with prefill/'s;
+// fma_GFLOPS is the median FMA-loop figure.
+// 4 rounds per repetition: a gated run's 9 repetitions give 36, and a row
+// costs about 2 x 4 calls a repetition (2-4 s at S 2048 on 2 cores).
+constexpr int64_t kPrefillPairedRounds = 4;
+// FMA rounds per chunk of the paired loop: ~2 ms on 2 threads (as BM_Fma).
+constexpr int64_t kFmaChunk = 1 << 20;
+void BM_PrefillPaired(benchmark::State& state, const BackendSource* info,
+                      const std::string& family, const AttentionProblem& p) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  };
+  Backend& backend = SharedBackend(*info);
+  auto args = InputsFor(p);
+  if (!args.ok()) return SetError(state, args.status());
+  // The verdict of the prefill/ (or prefill_bf16/) twin: same backend, same
+  // problem; its untimed call also warms the backend.
+  const Status verdict =
+      WarmAndCheck(family + "/" + std::string(info->name) + "/" + p.ToString(),
+                   backend, p, **args);
+  if (!verdict.ok()) return SetError(state, verdict);
+  const int threads = omp_get_max_threads();
+  // The first round's FMA loop runs as long as one untimed call.
+  const Clock::time_point w0 = Clock::now();
+  if (const Status s = backend.Attention(p, **args); !s.ok()) {
+    return SetError(state, s);
+  }
+  double call_s = seconds(Clock::now() - w0);
+  std::vector<double> pct, fma_gflops;
+  pct.reserve(static_cast<size_t>(state.max_iterations));
+  fma_gflops.reserve(static_cast<size_t>(state.max_iterations));
+  for (auto _ : state) {
+    double fma_flops = 0, fma_s = 0;
+    const Clock::time_point f0 = Clock::now();
+    do {
+      fma_flops += RunFmaChains(kFmaChunk, threads);
+      fma_s = seconds(Clock::now() - f0);
+    } while (fma_s < call_s);
+    const Clock::time_point c0 = Clock::now();
+    const Status s = backend.Attention(p, **args);
+    if (!s.ok()) return SetError(state, s);
+    benchmark::ClobberMemory();
+    call_s = seconds(Clock::now() - c0);
+    state.SetIterationTime(call_s);
+    fma_gflops.push_back(fma_flops / fma_s / 1e9);
+    pct.push_back(100.0 * (p.Flops() / call_s) / (fma_flops / fma_s));
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(
+      p.Flops() * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+  state.counters["fma_GFLOPS"] = Median(fma_gflops);
+  state.counters[std::string(kPctFmaPaired)] = Median(pct);
 }
 
 // ---------------------------------------------------------------- decode step
@@ -797,43 +867,66 @@ void RegisterAll() {
       }
     };
 
+    // A compute-bound family's benchmark of p (RunAttention: GFLOPS and %
+    // of the FMA peak), or with `paired` its BM_PrefillPaired twin's
+    // (<family>_paired/: the FMA loop in the same rounds); or the reason
+    // the backend does not run it. A backend that materializes S x S per
+    // head (quadratic_prefill) stops at kQuadraticPrefillMaxS, and gets no
+    // paired twin: that figure is for fused kernels.
+    auto compute_bound = [&](const std::string& family,
+                             const AttentionProblem& p,
+                             std::vector<std::string> arg_names,
+                             std::vector<int64_t> args, bool paired = false) {
+      const std::string bench_family = paired ? family + "_paired" : family;
+      const std::string bm = bench_family + "/" + name + "/" + p.ToString();
+      if (info.traits.quadratic_prefill &&
+          (paired || p.max_q_len() > kQuadraticPrefillMaxS)) {
+        Skip(bm,
+             "the backend materializes S x S per head (quadratic_prefill); " +
+                 (paired ? std::string("no paired twin")
+                         : "capped at S <= " +
+                               std::to_string(kQuadraticPrefillMaxS)));
+        return;
+      }
+      if (Status sup = backend.Supports(p); !sup.ok()) {
+        Skip(bm, sup.ToString());
+        return;
+      }
+      benchmark::internal::Benchmark* b = benchmark::RegisterBenchmark(
+          (bench_family + "/" + name).c_str(),
+          [ip, family, p, paired](benchmark::State& st) {
+            if (paired) return BM_PrefillPaired(st, ip, family, p);
+            RunAttention(
+                st, family + "/" + std::string(ip->name) + "/" + p.ToString(),
+                SharedBackend(*ip), p, false);
+          });
+      b->ArgNames(arg_names)->Args(args)->Unit(benchmark::kMillisecond);
+      if (paired) {
+        // A fixed round count (see kPrefillPairedRounds).
+        b->UseManualTime()->Iterations(kPrefillPairedRounds);
+      } else {
+        b->UseRealTime();
+      }
+    };
+
     // Prefill: hq 32, hkv 8 (GQA 4:1) and 32 (MHA).
     for (int64_t s :
          Grid({128, 256, 512, 1024, 2048, 4096}, {128, 512, 2048})) {
       for (int64_t d : {64, 128}) {
         for (int64_t causal : {0, 1}) {
           for (int64_t hkv : Grid({8, 32}, {8})) {
-            const AttentionProblem p = PrefillProblem(s, d, causal != 0, hkv);
-            const std::string bm = "prefill/" + name +
-                                   "/S:" + std::to_string(s) +
-                                   "/d:" + std::to_string(d) + "/...";
-            if (info.traits.quadratic_prefill && s > kQuadraticPrefillMaxS) {
-              Skip(bm,
-                   "the backend materializes S x S per head "
-                   "(quadratic_prefill); "
-                   "capped at "
-                   "S <= " +
-                       std::to_string(kQuadraticPrefillMaxS));
-              continue;
-            }
-            if (Status sup = backend.Supports(p); !sup.ok()) {
-              Skip(bm, sup.ToString());
-              continue;
-            }
-            benchmark::RegisterBenchmark(
-                ("prefill/" + name).c_str(),
-                [ip, p](benchmark::State& st) {
-                  RunAttention(
-                      st,
-                      "prefill/" + std::string(ip->name) + "/" + p.ToString(),
-                      SharedBackend(*ip), p, false);
-                })
-                ->ArgNames({"S", "d", "causal", "hkv"})
-                ->Args({s, d, causal, hkv})
-                ->UseRealTime()
-                ->Unit(benchmark::kMillisecond);
+            compute_bound("prefill", PrefillProblem(s, d, causal != 0, hkv),
+                          {"S", "d", "causal", "hkv"}, {s, d, causal, hkv});
           }
         }
+      }
+    }
+    // ... paired with the FMA loop at the target point (S 2048, d 128).
+    for (int64_t causal : {0, 1}) {
+      for (int64_t hkv : Grid({8, 32}, {8})) {
+        compute_bound("prefill", PrefillProblem(2048, 128, causal != 0, hkv),
+                      {"S", "d", "causal", "hkv"}, {2048, 128, causal, hkv},
+                      true);
       }
     }
 
@@ -852,35 +945,16 @@ void RegisterAll() {
 
     // bf16 prefill (Llama-2-7B's heads, GQA 4:1), quoted against the f32
     // FMA peak like every prefill: QK^T on the bf16 dot instruction can
-    // exceed it.
+    // exceed it; S 2048 also paired with the FMA loop.
     for (int64_t s : Grid({512, 2048, 4096}, {2048})) {
       for (int64_t causal : {0, 1}) {
         AttentionProblem p = PrefillProblem(s, 128, causal != 0, 8);
         p.dtype = DType::kBF16;
-        const std::string bm = "prefill_bf16/" + name + "/" + p.ToString();
-        if (info.traits.quadratic_prefill && s > kQuadraticPrefillMaxS) {
-          Skip(bm,
-               "the backend materializes S x S per head "
-               "(quadratic_prefill); capped at S <= " +
-                   std::to_string(kQuadraticPrefillMaxS));
-          continue;
+        for (bool paired : {false, true}) {
+          if (paired && s != 2048) continue;
+          compute_bound("prefill_bf16", p, {"S", "causal"}, {s, causal},
+                        paired);
         }
-        if (Status sup = backend.Supports(p); !sup.ok()) {
-          Skip(bm, sup.ToString());
-          continue;
-        }
-        benchmark::RegisterBenchmark(
-            ("prefill_bf16/" + name).c_str(),
-            [ip, p](benchmark::State& st) {
-              RunAttention(
-                  st,
-                  "prefill_bf16/" + std::string(ip->name) + "/" + p.ToString(),
-                  SharedBackend(*ip), p, false);
-            })
-            ->ArgNames({"S", "causal"})
-            ->Args({s, causal})
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
       }
     }
 
@@ -1049,8 +1123,8 @@ std::string CpuModel() {
 // calibration, never a figure).
 bool NeedsReadBandwidth(std::string_view name) {
   for (std::string_view compute_bound :
-       {"calibration/fma/", "prefill/", "prefill_bf16/", "block_prefill/",
-        "block_prefill_unfused/"}) {
+       {"calibration/fma/", "prefill/", "prefill_bf16/", "prefill_paired/",
+        "prefill_bf16_paired/", "block_prefill/", "block_prefill_unfused/"}) {
     if (name.substr(0, compute_bound.size()) == compute_bound) return false;
   }
   return true;

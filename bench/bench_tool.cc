@@ -7,7 +7,9 @@
 //   dashboard [-o FILE]   write the HTML page (default: bench_dashboard.html)
 //   summary RUN           calibration and %peak per backend and suite, and
 //                         every decode benchmark as a % of the same run's
-//                         read bandwidth (pct_read_bw_same_run)
+//                         read bandwidth (pct_read_bw_same_run); each
+//                         paired prefill against its FMA loop
+//                         (pct_fma_paired)
 //   ab --base-bin B --new-bin N
 //                         interleaved A/B of two benchmark binaries (ab.h);
 //                         exit 1 when a benchmark is slower or fails
@@ -34,6 +36,7 @@
 #include "bench/dashboard.h"
 #include "bench/decode_bandwidth.h"
 #include "bench/history.h"
+#include "bench/prefill_paired.h"
 #include "bench/run_data.h"
 #include "runtime/flags.h"
 #include "runtime/stats.h"
@@ -56,7 +59,9 @@ constexpr const char* kCommands =
     "suite;\n"
     "                            decode GB/s as % of the same run's\n"
     "                            calibration/read_bw "
-    "(pct_read_bw_same_run)\n"
+    "(pct_read_bw_same_run);\n"
+    "                            paired prefill against its FMA loop\n"
+    "                            (pct_fma_paired)\n"
     "  ab --base-bin B --new-bin N [--filter RE] [--rounds N]\n"
     "     [--min-time S] [--threshold T]\n"
     "                            interleaved A/B of two attnkit_bench\n"
@@ -189,6 +194,10 @@ void PrintSummary(const RunData& run) {
       "GB/s over the median calibration/read_bw GB/s of this run)\n\n",
       std::string(kPctReadBwSameRun).c_str());
   Out(FormatDecodeBandwidth(decode));
+  if (const std::string prefill = FormatPrefillPaired(PrefillVsPairedFma(run));
+      !prefill.empty()) {
+    Out("\n" + prefill);
+  }
 }
 
 int Main(int argc, char** argv) {

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "bench/decode_bandwidth.h"
+#include "bench/prefill_paired.h"
 #include "runtime/stats.h"
 
 namespace attnkit::bench {
@@ -39,6 +40,7 @@ std::vector<PlotSpec> PlotsFor(const std::set<std::string>& metrics) {
            {"GBps", "GB/s"},
            {"pct_peak", "% of start-of-run calibration"},
            {std::string(kPctReadBwPaired), "% of the paired read passes"},
+           {std::string(kPctFmaPaired), "% of the paired FMA loops"},
            {"allocs_per_step", "allocations / step"},
            {"bytes_copied_per_step", "bytes copied / step"},
            {"first_over_warm", "first call / warmed call"}}) {

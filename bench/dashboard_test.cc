@@ -59,6 +59,22 @@ TEST(DashboardTest, PlotsEveryMetricAcrossRuns) {
   EXPECT_EQ(html.find(" src="), std::string::npos);
 }
 
+TEST(DashboardTest, PairedPrefillGetsAPlotOfItsFigure) {
+  std::vector<RunData> runs = History({});
+  const std::string name =
+      "prefill_paired/simd/S:2048/d:128/causal:1/hkv:8/iterations:4/"
+      "manual_time";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    BenchmarkSamples& b = runs[i].benchmarks[name];
+    b.metrics["GFLOPS"] = {250.0 + static_cast<double>(i)};
+    b.metrics["pct_fma_paired"] = {75, 77.0 + static_cast<double>(i), 80};
+  }
+  const std::string div = BenchDiv(RenderDashboard(runs), name);
+  EXPECT_NE(div.find("data-metric=\"pct_fma_paired\""), std::string::npos)
+      << div;
+  EXPECT_NE(div.find("% of the paired FMA loops"), std::string::npos) << div;
+}
+
 TEST(DashboardTest, MarksPlantedRegressionsInPlotsAndTable) {
   testing::Plant plant;
   plant.slowdown[kPrefill] = 1.25;

@@ -54,24 +54,6 @@ bool IsPairedDecode(std::string_view name) {
          StartsWith(name, "decode_paired_kv/");
 }
 
-// "<backend>/kv_len:../bf16:../batch:.." of a decode/ or decode_paired/
-// benchmark name (or "<backend>/kv_len:../hkv:../kv:.." of decode_kv/ and
-// decode_paired_kv/): what a decode benchmark and its paired twin share.
-std::string DecodeShape(std::string_view name) {
-  name.remove_prefix(name.find('/') + 1);
-  for (std::string_view tail : {"/real_time", "/manual_time"}) {
-    if (name.size() >= tail.size() &&
-        name.substr(name.size() - tail.size()) == tail) {
-      name.remove_suffix(tail.size());
-    }
-  }
-  if (const size_t at = name.find("/iterations:");
-      at != std::string_view::npos) {
-    name = name.substr(0, at);
-  }
-  return std::string(name);
-}
-
 std::string Fixed(double v, int digits) {
   if (std::isnan(v)) return "n/a";
   char buf[48];
@@ -194,12 +176,12 @@ DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run) {
     if (!IsDecode(name)) continue;
     DecodeBandwidthRow row;
     if (!make_row(name, s, row)) continue;
-    by_shape[DecodeShape(name)] = report.rows.size();
+    by_shape[TwinShape(name)] = report.rows.size();
     report.rows.push_back(std::move(row));
   }
   for (const auto& [name, s] : run.benchmarks) {
     if (!IsPairedDecode(name)) continue;
-    const auto twin = by_shape.find(DecodeShape(name));
+    const auto twin = by_shape.find(TwinShape(name));
     DecodeBandwidthRow own;
     if (twin == by_shape.end() && !make_row(name, s, own)) continue;
     DecodeBandwidthRow& row =

@@ -392,6 +392,21 @@ StatusOr<RunData> ReadGoogleBenchmarkJsonFile(const std::string& path) {
   return ParseGoogleBenchmarkJson(ss.str(), path);
 }
 
+std::string TwinShape(std::string_view name) {
+  name.remove_prefix(std::min(name.size(), name.find('/') + 1));
+  for (std::string_view tail : {"/real_time", "/manual_time"}) {
+    if (name.size() >= tail.size() &&
+        name.substr(name.size() - tail.size()) == tail) {
+      name.remove_suffix(tail.size());
+    }
+  }
+  if (const size_t at = name.find("/iterations:");
+      at != std::string_view::npos) {
+    name = name.substr(0, at);
+  }
+  return std::string(name);
+}
+
 std::string ContextValue(const RunInfo& info, std::string_view key,
                          std::string_view fallback) {
   const json ctx = json::parse(info.context_json, nullptr, false);

@@ -68,6 +68,12 @@ std::string ContextValue(const RunInfo& info, std::string_view key,
 bool GoogleBenchmarkBoolFlag(int argc, const char* const* argv,
                              std::string_view name, const char* env);
 
+// What a benchmark shares with its paired twin (decode/ and decode_paired/,
+// prefill/ and prefill_paired/): its name without the family (up to the
+// first '/'), the /iterations:N of a fixed round count and the /real_time or
+// /manual_time suffix -- "<backend>/S:2048/d:128/causal:1/hkv:8".
+std::string TwinShape(std::string_view name);
+
 // Google Benchmark JSON for `run` (used by tests and `bench export`): one
 // iteration entry per repetition; ParseGoogleBenchmarkJson reads it back.
 std::string ToGoogleBenchmarkJson(const RunData& run);
