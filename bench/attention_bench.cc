@@ -286,6 +286,35 @@ DType KvBenchQDType(int64_t kvt) {
   return kvt == 1 || kvt == 3 ? DType::kBF16 : DType::kF32;
 }
 
+// ------------------------------------------------------------ paired figures
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// A paired benchmark's inputs for p once its twin's verdict (family/, the
+// same backend on the same problem; its untimed call warms the backend) is
+// good; nullptr after SetError otherwise.
+const AttentionArgs* PairedInputs(benchmark::State& state, Backend& backend,
+                                  const std::string& family,
+                                  const BackendSource& info,
+                                  const AttentionProblem& p) {
+  auto args = InputsFor(p);
+  if (!args.ok()) {
+    SetError(state, args.status());
+    return nullptr;
+  }
+  const Status verdict =
+      WarmAndCheck(family + "/" + std::string(info.name) + "/" + p.ToString(),
+                   backend, p, **args);
+  if (!verdict.ok()) {
+    SetError(state, verdict);
+    return nullptr;
+  }
+  return *args;
+}
+
 // ------------------------------------------------------------- decode paired
 
 // decode/'s figure divided by calibration/read_bw's (pct_read_bw_same_run)
@@ -309,18 +338,9 @@ DType KvBenchQDType(int64_t kvt) {
 constexpr int64_t kPairedRounds = 32;
 void BM_DecodePaired(benchmark::State& state, const BackendSource* info,
                      const AttentionProblem& p) {
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::duration d) {
-    return std::chrono::duration<double>(d).count();
-  };
   Backend& backend = SharedBackend(*info);
-  auto args = InputsFor(p);
-  if (!args.ok()) return SetError(state, args.status());
-  // The decode/ benchmark's verdict: the same backend on the same problem.
-  const Status verdict =
-      WarmAndCheck("decode/" + std::string(info->name) + "/" + p.ToString(),
-                   backend, p, **args);
-  if (!verdict.ok()) return SetError(state, verdict);
+  const AttentionArgs* args = PairedInputs(state, backend, "decode", *info, p);
+  if (args == nullptr) return;
   const int threads = omp_get_max_threads();
   size_t n = 0;
   const float* buf = ReadBuffer(threads, &n);
@@ -332,16 +352,16 @@ void BM_DecodePaired(benchmark::State& state, const BackendSource* info,
   for (auto _ : state) {
     const Clock::time_point r0 = Clock::now();
     benchmark::DoNotOptimize(SumFloats(buf, n, threads));
-    const double read_s = seconds(Clock::now() - r0);
+    const double read_s = Seconds(Clock::now() - r0);
     int64_t calls = 0;
     double decode_s = 0;
     const Clock::time_point d0 = Clock::now();
     do {
-      const Status s = backend.Attention(p, **args);
+      const Status s = backend.Attention(p, *args);
       if (!s.ok()) return SetError(state, s);
       benchmark::ClobberMemory();
       ++calls;
-      decode_s = seconds(Clock::now() - d0);
+      decode_s = Seconds(Clock::now() - d0);
     } while (decode_s < read_s);
     state.SetIterationTime(decode_s / static_cast<double>(calls));
     read_gbps.push_back(read_bytes / read_s / 1e9);
@@ -376,26 +396,16 @@ constexpr int64_t kPrefillPairedRounds = 4;
 constexpr int64_t kFmaChunk = 1 << 20;
 void BM_PrefillPaired(benchmark::State& state, const BackendSource* info,
                       const std::string& family, const AttentionProblem& p) {
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::duration d) {
-    return std::chrono::duration<double>(d).count();
-  };
   Backend& backend = SharedBackend(*info);
-  auto args = InputsFor(p);
-  if (!args.ok()) return SetError(state, args.status());
-  // The verdict of the prefill/ (or prefill_bf16/) twin: same backend, same
-  // problem; its untimed call also warms the backend.
-  const Status verdict =
-      WarmAndCheck(family + "/" + std::string(info->name) + "/" + p.ToString(),
-                   backend, p, **args);
-  if (!verdict.ok()) return SetError(state, verdict);
+  const AttentionArgs* args = PairedInputs(state, backend, family, *info, p);
+  if (args == nullptr) return;
   const int threads = omp_get_max_threads();
   // The first round's FMA loop runs as long as one untimed call.
   const Clock::time_point w0 = Clock::now();
-  if (const Status s = backend.Attention(p, **args); !s.ok()) {
+  if (const Status s = backend.Attention(p, *args); !s.ok()) {
     return SetError(state, s);
   }
-  double call_s = seconds(Clock::now() - w0);
+  double call_s = Seconds(Clock::now() - w0);
   std::vector<double> pct, fma_gflops;
   pct.reserve(static_cast<size_t>(state.max_iterations));
   fma_gflops.reserve(static_cast<size_t>(state.max_iterations));
@@ -404,13 +414,13 @@ void BM_PrefillPaired(benchmark::State& state, const BackendSource* info,
     const Clock::time_point f0 = Clock::now();
     do {
       fma_flops += RunFmaChains(kFmaChunk, threads);
-      fma_s = seconds(Clock::now() - f0);
+      fma_s = Seconds(Clock::now() - f0);
     } while (fma_s < call_s);
     const Clock::time_point c0 = Clock::now();
-    const Status s = backend.Attention(p, **args);
+    const Status s = backend.Attention(p, *args);
     if (!s.ok()) return SetError(state, s);
     benchmark::ClobberMemory();
-    call_s = seconds(Clock::now() - c0);
+    call_s = Seconds(Clock::now() - c0);
     state.SetIterationTime(call_s);
     fma_gflops.push_back(fma_flops / fma_s / 1e9);
     pct.push_back(100.0 * (p.Flops() / call_s) / (fma_flops / fma_s));
