@@ -128,10 +128,7 @@ std::string ExactNameFilter(std::string_view name) {
 double LimitOf(const BenchmarkSamples& s) {
   for (std::string_view m :
        {kPctReadBwPaired, kPctFmaPaired, std::string_view("pct_peak")}) {
-    auto it = s.metrics.find(std::string(m));
-    if (it != s.metrics.end() && !it->second.empty()) {
-      return MedianOf(it->second);
-    }
+    if (const std::vector<double>* v = FindMetric(s, m)) return MedianOf(*v);
   }
   return NAN;
 }
@@ -327,13 +324,12 @@ OneRun RunOne(const std::string& bin, const std::string& name,
     r.error = bin + ": " + it->second.error;
     return r;
   }
-  auto t = it->second.metrics.find(std::string(kTimeMetric));
-  if (t == it->second.metrics.end() || t->second.empty() ||
-      !(t->second[0] > 0)) {
+  const std::vector<double>* t = FindMetric(it->second, kTimeMetric);
+  if (t == nullptr || !((*t)[0] > 0)) {
     r.error = bin + ": no time for " + name;
     return r;
   }
-  r.ns = MedianOf(t->second);
+  r.ns = MedianOf(*t);
   r.limit = LimitOf(it->second);
   return r;
 }

@@ -159,12 +159,12 @@ void PrintSummary(const RunData& run) {
   };
   std::map<std::pair<std::string, std::string>, Group> groups;
   for (const auto& [name, s] : run.benchmarks) {
-    auto m = s.metrics.find("pct_peak");
-    if (m == s.metrics.end() || m->second.empty()) continue;
+    const std::vector<double>* m = FindMetric(s, "pct_peak");
+    if (m == nullptr) continue;
     const size_t a = name.find('/'), b = name.find('/', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
     Group& g = groups[{name.substr(a + 1, b - a - 1), name.substr(0, a)}];
-    g.pct_peak.push_back(Median(m->second));
+    g.pct_peak.push_back(Median(*m));
     if (auto r = same_run.find(name); r != same_run.end()) {
       g.same_run.push_back(r->second);
     }

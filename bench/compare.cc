@@ -16,12 +16,6 @@ namespace {
 // 1e6 allocations is 1e-6).
 constexpr double kExactSlack = 1e-9;
 
-const std::vector<double>* Find(const BenchmarkSamples& s,
-                                std::string_view metric) {
-  auto it = s.metrics.find(std::string(metric));
-  return it == s.metrics.end() || it->second.empty() ? nullptr : &it->second;
-}
-
 double Max(const std::vector<double>& v) {
   return *std::max_element(v.begin(), v.end());
 }
@@ -107,15 +101,15 @@ CompareReport CompareRuns(const RunData& base, const RunData& next,
       row.metric = std::string(kTimeMetric);
       row.verdict =
           ib == base.benchmarks.end() ? Verdict::kNew : Verdict::kFixed;
-      if (const auto* b = Find(in->second, kTimeMetric)) {
+      if (const auto* b = FindMetric(in->second, kTimeMetric)) {
         row.new_value = Median(*b);
         row.n_new = b->size();
       }
       report.rows.push_back(row);
       continue;
     }
-    const auto* ta = Find(ib->second, kTimeMetric);
-    const auto* tb = Find(in->second, kTimeMetric);
+    const auto* ta = FindMetric(ib->second, kTimeMetric);
+    const auto* tb = FindMetric(in->second, kTimeMetric);
     if (ta != nullptr && tb != nullptr) {
       CompareTime(*ta, *tb, options, row);
       if (name.rfind("calibration/", 0) == 0 && row.verdict != Verdict::kSame) {
@@ -131,8 +125,8 @@ CompareReport CompareRuns(const RunData& base, const RunData& next,
       report.rows.push_back(row);
     }
     for (std::string_view metric : kExactMetrics) {
-      const auto* a = Find(ib->second, metric);
-      const auto* b = Find(in->second, metric);
+      const auto* a = FindMetric(ib->second, metric);
+      const auto* b = FindMetric(in->second, metric);
       if (a == nullptr && b == nullptr) continue;
       CompareRow e;
       e.benchmark = name;

@@ -62,11 +62,10 @@ std::vector<Point> MetricPoints(const std::vector<RunData>& runs,
   for (size_t i = 0; i < runs.size(); ++i) {
     auto b = runs[i].benchmarks.find(bench);
     if (b == runs[i].benchmarks.end()) continue;
-    auto m = b->second.metrics.find(metric);
-    if (m == b->second.metrics.end() || m->second.empty()) continue;
-    const auto [lo, hi] =
-        std::minmax_element(m->second.begin(), m->second.end());
-    pts.push_back({i, Median(m->second), *lo, *hi});
+    const std::vector<double>* m = FindMetric(b->second, metric);
+    if (m == nullptr) continue;
+    const auto [lo, hi] = std::minmax_element(m->begin(), m->end());
+    pts.push_back({i, Median(*m), *lo, *hi});
   }
   return pts;
 }

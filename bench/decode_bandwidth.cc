@@ -38,12 +38,6 @@ int ParseCount(const std::string& text) {
   return !text.empty() && *stop == '\0' && v > 0 ? static_cast<int>(v) : -1;
 }
 
-const std::vector<double>* Samples(const BenchmarkSamples& s,
-                                   std::string_view metric) {
-  auto it = s.metrics.find(std::string(metric));
-  return it == s.metrics.end() || it->second.empty() ? nullptr : &it->second;
-}
-
 // Decode families and their paired twins: decode/ and decode_paired/, and
 // the KV-storage grid decode_kv/ and decode_paired_kv/ (f32, bf16, i8).
 bool IsDecode(std::string_view name) {
@@ -52,13 +46,6 @@ bool IsDecode(std::string_view name) {
 bool IsPairedDecode(std::string_view name) {
   return StartsWith(name, "decode_paired/") ||
          StartsWith(name, "decode_paired_kv/");
-}
-
-std::string Fixed(double v, int digits) {
-  if (std::isnan(v)) return "n/a";
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
 }
 
 }  // namespace
@@ -113,7 +100,7 @@ StatusOr<ReadBandwidth> SameRunReadBandwidth(const RunData& run) {
   if (!s.error.empty()) {
     return Status::FailedPrecondition(*chosen + " failed: " + s.error);
   }
-  const std::vector<double>* g = Samples(s, kGbps);
+  const std::vector<double>* g = FindMetric(s, kGbps);
   if (g == nullptr) {
     return Status::FailedPrecondition(*chosen + " reports no GBps");
   }
@@ -128,7 +115,7 @@ StatusOr<ReadBandwidth> SameRunReadBandwidth(const RunData& run) {
   bw.note = note;
   if (!(bw.median_gbps > 0)) {
     return Status::FailedPrecondition(
-        *chosen + ": median GBps=" + Fixed(bw.median_gbps, 3) +
+        *chosen + ": median GBps=" + FixedOrNa(bw.median_gbps, 3) +
         " is not positive");
   }
   return bw;
@@ -158,13 +145,14 @@ DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run) {
     row.error = s.error;
     row.median_gbps = row.pct_peak_start = row.pct_read_bw_same_run =
         row.pct_read_bw_paired = NAN;
-    if (const auto* g = Samples(s, kGbps)) {
+    if (const auto* g = FindMetric(s, kGbps)) {
       row.repetitions = g->size();
       row.median_gbps = Median(*g);
     } else if (s.error.empty()) {
       return false;
     }
-    if (const auto* p = Samples(s, "pct_peak")) row.pct_peak_start = Median(*p);
+    if (const auto* p = FindMetric(s, "pct_peak"))
+      row.pct_peak_start = Median(*p);
     if (report.read_bw.ok() && !std::isnan(row.median_gbps)) {
       row.pct_read_bw_same_run =
           100.0 * row.median_gbps / report.read_bw->median_gbps;
@@ -186,7 +174,7 @@ DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run) {
     if (twin == by_shape.end() && !make_row(name, s, own)) continue;
     DecodeBandwidthRow& row =
         twin == by_shape.end() ? own : report.rows[twin->second];
-    if (const auto* p = Samples(s, kPctReadBwPaired)) {
+    if (const auto* p = FindMetric(s, kPctReadBwPaired)) {
       row.pct_read_bw_paired = Median(*p);
       row.paired_repetitions = p->size();
     }
@@ -225,7 +213,7 @@ std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report) {
   out += "start-of-run calibration (divides pct_peak): " +
          (std::isnan(report.calib_read_gbps_start)
               ? std::string("not in the run's context")
-              : Fixed(report.calib_read_gbps_start, 2) + " GB/s") +
+              : FixedOrNa(report.calib_read_gbps_start, 2) + " GB/s") +
          "\n";
   if (!report.warning.empty()) out += "warning: " + report.warning + "\n";
   if (report.rows.empty()) return out + "no decode benchmarks in this run\n";
@@ -245,10 +233,10 @@ std::string FormatDecodeBandwidth(const DecodeBandwidthReport& report) {
     }
     std::snprintf(line, sizeof(line), "%-*s %5zu %12s %16s %21s %19s\n",
                   static_cast<int>(w), r.benchmark.c_str(), r.repetitions,
-                  Fixed(r.median_gbps, 2).c_str(),
-                  Fixed(r.pct_peak_start, 1).c_str(),
-                  Fixed(r.pct_read_bw_same_run, 1).c_str(),
-                  Fixed(r.pct_read_bw_paired, 1).c_str());
+                  FixedOrNa(r.median_gbps, 2).c_str(),
+                  FixedOrNa(r.pct_peak_start, 1).c_str(),
+                  FixedOrNa(r.pct_read_bw_same_run, 1).c_str(),
+                  FixedOrNa(r.pct_read_bw_paired, 1).c_str());
     out += line;
     above = above || r.pct_read_bw_same_run > 100;
   }

@@ -14,18 +14,6 @@ namespace {
 constexpr std::pair<std::string_view, std::string_view> kFamilies[] = {
     {"prefill_paired/", "prefill/"}, {"prefill_bf16_paired/", "prefill_bf16/"}};
 
-double MedianMetric(const BenchmarkSamples& s, const std::string& metric) {
-  auto it = s.metrics.find(metric);
-  return it == s.metrics.end() || it->second.empty() ? NAN : Median(it->second);
-}
-
-std::string Cell(double v) {
-  if (std::isnan(v)) return "n/a";
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "%.1f", v);
-  return buf;
-}
-
 }  // namespace
 
 std::vector<PrefillPairedRow> PrefillVsPairedFma(const RunData& run) {
@@ -45,11 +33,11 @@ std::vector<PrefillPairedRow> PrefillVsPairedFma(const RunData& run) {
       PrefillPairedRow r;
       r.benchmark = name;
       r.error = s.error;
-      auto t = s.metrics.find(std::string(kTimeMetric));
-      r.repetitions = t == s.metrics.end() ? 0 : t->second.size();
+      const std::vector<double>* t = FindMetric(s, kTimeMetric);
+      r.repetitions = t == nullptr ? 0 : t->size();
       r.median_gflops = MedianMetric(s, "GFLOPS");
       r.fma_gflops = MedianMetric(s, "fma_GFLOPS");
-      r.pct_fma_paired = MedianMetric(s, std::string(kPctFmaPaired));
+      r.pct_fma_paired = MedianMetric(s, kPctFmaPaired);
       auto tw = twins.find({twin, TwinShape(name)});
       r.twin_pct_peak = tw == twins.end() ? NAN : tw->second;
       rows.push_back(std::move(r));
@@ -77,9 +65,10 @@ std::string FormatPrefillPaired(const std::vector<PrefillPairedRow>& rows) {
     }
     std::snprintf(line, sizeof(line), "%-*s %5zu %13s %11s %16s %15s\n",
                   static_cast<int>(w), r.benchmark.c_str(), r.repetitions,
-                  Cell(r.median_gflops).c_str(), Cell(r.fma_gflops).c_str(),
-                  Cell(r.twin_pct_peak).c_str(),
-                  Cell(r.pct_fma_paired).c_str());
+                  FixedOrNa(r.median_gflops, 1).c_str(),
+                  FixedOrNa(r.fma_gflops, 1).c_str(),
+                  FixedOrNa(r.twin_pct_peak, 1).c_str(),
+                  FixedOrNa(r.pct_fma_paired, 1).c_str());
     out += line;
   }
   out += "(" + std::string(kPctFmaPaired) +

@@ -14,6 +14,8 @@
 #include <set>
 #include <sstream>
 
+#include "runtime/stats.h"
+
 namespace attnkit::bench {
 namespace {
 
@@ -390,6 +392,24 @@ StatusOr<RunData> ReadGoogleBenchmarkJsonFile(const std::string& path) {
     return Status::InvalidArgument("benchmark json: cannot read " + path);
   }
   return ParseGoogleBenchmarkJson(ss.str(), path);
+}
+
+const std::vector<double>* FindMetric(const BenchmarkSamples& s,
+                                      std::string_view metric) {
+  auto it = s.metrics.find(std::string(metric));
+  return it == s.metrics.end() || it->second.empty() ? nullptr : &it->second;
+}
+
+double MedianMetric(const BenchmarkSamples& s, std::string_view metric) {
+  const std::vector<double>* v = FindMetric(s, metric);
+  return v == nullptr ? NAN : Median(*v);
+}
+
+std::string FixedOrNa(double v, int digits) {
+  if (std::isnan(v)) return "n/a";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
 }
 
 std::string TwinShape(std::string_view name) {

@@ -39,6 +39,15 @@ struct BenchmarkSamples {
   std::string error;  // SkipWithError message (a wrong output), if any
 };
 
+// The samples of `metric` (one per repetition), or nullptr when the
+// benchmark has none.
+const std::vector<double>* FindMetric(const BenchmarkSamples& s,
+                                      std::string_view metric);
+// The median of `metric`'s samples, NaN when it has none.
+double MedianMetric(const BenchmarkSamples& s, std::string_view metric);
+// `v` with `digits` decimals, "n/a" for NaN (a figure the run lacks).
+std::string FixedOrNa(double v, int digits);
+
 struct RunData {
   RunInfo info;
   std::map<std::string, BenchmarkSamples> benchmarks;  // by run_name

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "bench/testing_runs.h"
 
 namespace attnkit::bench {
@@ -270,6 +272,24 @@ TEST(RunDataTest, ExportRoundTrips) {
     EXPECT_EQ(b->benchmarks.at(name).metrics, s.metrics) << name;
     EXPECT_EQ(b->benchmarks.at(name).error, s.error) << name;
   }
+}
+
+TEST(RunDataTest, MetricLookupsTellAMissingFigureFromAZero) {
+  BenchmarkSamples s;
+  s.metrics["GBps"] = {3.0, 1.0, 2.0};
+  s.metrics["empty"] = {};
+  s.metrics["zero"] = {0.0};
+  ASSERT_NE(FindMetric(s, "GBps"), nullptr);
+  EXPECT_EQ(FindMetric(s, "GBps")->size(), 3u);
+  EXPECT_EQ(FindMetric(s, "empty"), nullptr);
+  EXPECT_EQ(FindMetric(s, "absent"), nullptr);
+  EXPECT_EQ(MedianMetric(s, "GBps"), 2.0);
+  EXPECT_EQ(MedianMetric(s, "zero"), 0.0);
+  EXPECT_TRUE(std::isnan(MedianMetric(s, "empty")));
+  EXPECT_TRUE(std::isnan(MedianMetric(s, "absent")));
+  EXPECT_EQ(FixedOrNa(81.44, 1), "81.4");
+  EXPECT_EQ(FixedOrNa(0.0, 2), "0.00");
+  EXPECT_EQ(FixedOrNa(NAN, 1), "n/a");
 }
 
 }  // namespace
