@@ -237,11 +237,16 @@ static int run(int argc, char **argv) {
   if (Status s = problem.Validate(); !s.ok())
     return fail("the problem of these flags: " + s.message());
   spec.headDim = headDim;
-  spec.group = heads / kvh;
-
-  spec.queryTile = queryTile.getNumOccurrences()
-                       ? queryTile
-                       : queryTileFor(qLen, spec.group);
+  // The query heads per call as the backend picks them (callGroupFor): the
+  // whole group for a decode kernel, prefillGroupFor's slice of it else.
+  const int64_t group = heads / kvh;
+  if (queryTile.getNumOccurrences()) {
+    spec.queryTile = queryTile;
+    spec.group = queryTile == 1 ? group : prefillGroupFor(group);
+  } else {
+    spec.group = callGroupFor(qLen, group);
+    spec.queryTile = queryTileFor(qLen, spec.group);
+  }
   spec.bf16Dot = bf16DotOpt;
   spec.headed = headedOpt;
   spec.kvTile = kvTile.getNumOccurrences()

@@ -35,10 +35,8 @@ KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
     s.kvElem = DType::kI8;
   s.mask = p.mask;
   s.vTransposed = p.layout == KvLayout::kTransposedV;
-  s.group = p.group_size();
-  int64_t maxQ = 0;
-  for (int64_t q : p.q_lens)
-    maxQ = std::max(maxQ, q);
+  const int64_t maxQ = p.max_q_len();
+  s.group = callGroupFor(maxQ, p.group_size());
   s.queryTile = queryTileFor(maxQ, s.group);
   s.bf16Dot = bf16Dot && s.bf16DotApplies() && CpuHasAvx512Bf16();
   // A BSHD cache stores the rows of all kv heads at one position side by
@@ -70,14 +68,16 @@ namespace {
 /// enough that K/V tiles are reused, small enough that prefill splits into
 /// many items for the 2 cores.
 constexpr int64_t kRowsPerItem = 64;
-/// The largest GQA group (query heads per KV head) the compiled kernels take.
+/// The largest GQA group (query heads per KV head) the decode kernels take.
 constexpr int64_t kMaxGroup = 128;
 
-/// One unit of parallel work: query rows [i0, i0 + rows) of the G query
-/// heads of kv heads [kvh, kvh + heads) of sequence `b`, over keys [j0, j1)
-/// (several heads only for a headed kernel, KernelSpec::headed).
+/// One unit of parallel work: query rows [i0, i0 + rows) of the query heads
+/// [hq, hq + g) (g = KernelSpec::group: all G of kv head kvh, or a prefill
+/// kernel's slice of them) -- of each of kv heads [kvh, kvh + heads) -- of
+/// sequence `b`, over keys [j0, j1) (several kv heads only for a headed
+/// kernel, KernelSpec::headed, which takes all G).
 struct WorkItem {
-  int64_t b, kvh, i0, rows, j0, j1;
+  int64_t b, kvh, hq, i0, rows, j0, j1;
   int64_t split = -1; // -1: the item writes `out` directly
   int64_t splits = 1;
   int64_t slot = 0; // its partial block; a group's blocks are consecutive
@@ -124,18 +124,21 @@ public:
 
   Status Supports(const AttentionProblem &p) const override {
     ATTNKIT_RETURN_IF_ERROR(p.Validate());
-    // The vectorizer unrolls its row blocks over the G query heads that
-    // share a KV head, so compile time grows with G: ~0.4 s at G = 64,
-    // ~6 s at G = 1024 and minutes beyond (found by problem_validate_fuzz;
-    // 2-core AMD EPYC Zen 5 family 26, GCC 12.2 with MLIR/LLVM 22, 2026-11-21).
-    // Real GQA/MQA models stay far below the bound; larger groups are left
-    // to the other backends rather than stalling a run in the JIT.
-    if (p.group_size() > kMaxGroup)
+    // The decode kernel unrolls its row blocks over the G query heads that
+    // share a KV head (it reads their K/V once), so its compile time grows
+    // with G: ~0.4 s at G = 64, ~6 s at G = 1024 and minutes beyond (found
+    // by problem_validate_fuzz; 2-core AMD EPYC Zen 5 family 26, GCC 12.2
+    // with MLIR/LLVM 22, 2026-11-21). Real GQA/MQA models stay far below
+    // the bound; larger groups are left to the other backends rather than
+    // stalling a run in the JIT. A prefill kernel takes a slice of at most
+    // kPrefillMaxGroup heads per call, whatever G is.
+    if (callGroupFor(p.max_q_len(), p.group_size()) > kMaxGroup)
       return Status::Unimplemented(
           "compiled: GQA group q_heads/kv_heads=" +
           std::to_string(p.group_size()) + " exceeds " +
-          std::to_string(kMaxGroup) +
-          " (the kernels unroll over the group; compile time grows with it)");
+          std::to_string(kMaxGroup) + " for a decode kernel (q_len < " +
+          std::to_string(kDecodeMaxQueries) +
+          "; it unrolls over the group, compile time grows with it)");
     return Status::Ok();
   }
 
@@ -176,7 +179,7 @@ private:
     const CompiledKernel &kernel;
     PartialLayout layout;
     float scale;
-    int64_t g, d;
+    int64_t g, d; // g: query heads per call (KernelSpec::group)
     bool vTransposed;
     /// KV heads per item: > 1 runs the headed kernel (KernelSpec::headed).
     int64_t heads;
@@ -185,10 +188,12 @@ private:
   /// The kernel of `spec`: compiled (or loaded) once, then found here.
   StatusOr<const CompiledKernel *> kernelFor(const KernelSpec &spec);
   /// Fills items_ and merges_: query blocks of every (sequence, band of
-  /// `heads` kv heads; 1 but for the headed kernel); decode-like problems
+  /// `heads` kv heads -- 1 but for the headed kernel -- slice of `g` query
+  /// heads of a kv head, KernelSpec::group); decode-like problems
   /// with fewer items than threads split the keys instead. Returns the
   /// number of split slots.
-  int64_t planItems(const AttentionProblem &p, int threads, int64_t heads);
+  int64_t planItems(const AttentionProblem &p, int threads, int64_t heads,
+                    int64_t g);
   /// Grows the per-thread LSE rows and the split partials to fit.
   void reserveWorkspaces(int threads, int64_t slots,
                          const PartialLayout &layout, int64_t g);
@@ -243,10 +248,11 @@ CompiledBackend::kernelFor(const KernelSpec &spec) {
 }
 
 int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads,
-                                   int64_t heads) {
+                                   int64_t heads, int64_t g) {
   items_.clear();
   merges_.clear();
-  const int64_t bands = (p.kv_heads + heads - 1) / heads;
+  const int64_t group = p.group_size(), slices = group / g;
+  const int64_t bands = (p.kv_heads + heads - 1) / heads * slices;
   int64_t blocks = 0;
   for (int64_t b = 0; b < p.batch; ++b)
     blocks += bands * ((p.q_lens[b] + kRowsPerItem - 1) / kRowsPerItem);
@@ -260,26 +266,27 @@ int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads,
     // items left when the threads run out of work are the cheapest.
     const int64_t qblocks = (ql + kRowsPerItem - 1) / kRowsPerItem;
     for (int64_t kvh = 0; kvh < p.kv_heads; kvh += heads)
-      for (int64_t qb = qblocks - 1; qb >= 0; --qb) {
-        const int64_t i0 = qb * kRowsPerItem;
-        const int64_t rows = std::min(kRowsPerItem, ql - i0);
-        WorkItem w{b, kvh, i0, rows, 0, kl};
-        w.heads = std::min(heads, p.kv_heads - kvh);
-        if (splits == 1) {
-          items_.push_back(w);
-          continue;
+      for (int64_t hq = kvh * group; hq < (kvh + 1) * group; hq += g)
+        for (int64_t qb = qblocks - 1; qb >= 0; --qb) {
+          const int64_t i0 = qb * kRowsPerItem;
+          const int64_t rows = std::min(kRowsPerItem, ql - i0);
+          WorkItem w{b, kvh, hq, i0, rows, 0, kl};
+          w.heads = std::min(heads, p.kv_heads - kvh);
+          if (splits == 1) {
+            items_.push_back(w);
+            continue;
+          }
+          merges_.push_back(static_cast<int64_t>(items_.size()));
+          for (int64_t s = 0; s < splits; ++s) {
+            const KeyRange keys = plan.Range({0, kl}, s);
+            w.j0 = keys.begin;
+            w.j1 = keys.end;
+            w.split = s;
+            w.splits = splits;
+            w.slot = slots++;
+            items_.push_back(w);
+          }
         }
-        merges_.push_back(static_cast<int64_t>(items_.size()));
-        for (int64_t s = 0; s < splits; ++s) {
-          const KeyRange keys = plan.Range({0, kl}, s);
-          w.j0 = keys.begin;
-          w.j1 = keys.end;
-          w.split = s;
-          w.splits = splits;
-          w.slot = slots++;
-          items_.push_back(w);
-        }
-      }
   }
   return slots;
 }
@@ -323,7 +330,7 @@ void CompiledBackend::runItem(const Call &c, const WorkItem &w, int thread) {
   const TensorView &q = c.args.q, &k = c.args.k, &v = c.args.v,
                    &bias = c.args.bias, &out = c.args.out;
   const int64_t g = c.g, d = c.d, nh = w.heads;
-  const int64_t h0 = w.kvh * g; // first query head of the group
+  const int64_t h0 = w.hq; // first query head of the call
   const int64_t n = w.j1 - w.j0;
   const int64_t p0 = p.kv_lens[w.b] - p.q_lens[w.b] + w.i0 - w.j0;
   // Each view as the kernel of one kv head takes it, then (headed) with the
@@ -404,7 +411,7 @@ void CompiledBackend::mergeSplits(const Call &c, int threads) {
         for (int64_t r = 0; r < w.heads * c.g * w.rows; ++r) {
           const int64_t gi = r / w.rows, i = r % w.rows;
           float *o = static_cast<float *>(out.data) +
-                     at(out, w.b, w.kvh * c.g + gi, w.i0 + i, 0);
+                     at(out, w.b, w.hq + gi, w.i0 + i, 0);
           MergePartialRow(c.layout, first, w.splits, r, c.d, o);
         }
       });
@@ -424,10 +431,10 @@ Status CompiledBackend::Attention(const AttentionProblem &p,
                                  "keys, got stride " +
                                  std::to_string(args.bias.strides[3]));
   const int threads = MaxThreads();
-  const int64_t slots = planItems(p, threads, heads);
+  const int64_t g = spec.group, d = p.head_dim;
+  const int64_t slots = planItems(p, threads, heads, g);
   if (items_.empty())
     return Status::Ok();
-  const int64_t g = p.group_size(), d = p.head_dim;
   const Call call{p,
                   args,
                   *kernel.value(),

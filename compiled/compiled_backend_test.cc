@@ -393,9 +393,11 @@ TEST(CompiledBackendTest, QuantizedAppendKvBitExactWithStridedAppend) {
 // min(G, 4) row vectors with jb = 16 / min(G, 4); for G = 3 that is 5 keys,
 // which does not divide the 64-key tile, and the last block stored scores
 // for key 64 -- past the tile buffer (wrong results, then a crash). Every
-// group 1..8 plus 12 and 16, both V layouts, full and partial key tiles.
-// Groups 1 and 2 also with the longer query tiles they take for longer
-// prompts (32 and 64 rows of one head: queryTileFor).
+// group 1..8 plus 12 and 16, both V layouts, full and partial key tiles:
+// groups up to 4 in one call, larger ones in calls of a slice of their
+// heads (prefillGroupFor: 5 and 7 one head, 6 three, 8, 12 and 16 four).
+// Kernels of 1 and 2 heads also with the longer query tiles they take for
+// longer prompts (32 and 64 rows of one head: queryTileFor).
 TEST(CompiledBackendTest, PrefillKernelEveryGqaGroup) {
   int cases = 0;
   for (int64_t g : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16})
@@ -412,13 +414,38 @@ TEST(CompiledBackendTest, PrefillKernelEveryGqaGroup) {
           p.mask = mask;
           p.q_lens = {q};
           p.kv_lens = {q + 49 + 64 * (g % 3)};
-          ASSERT_EQ(specFor(p).queryTile, g > 2 ? 16 : q == 18 ? 32 : 64 / g);
+          const int64_t call = g == 5 || g == 7 ? 1
+                               : g == 6         ? 3
+                                                : std::min<int64_t>(g, 4);
+          ASSERT_EQ(specFor(p).group, call) << p.ToString();
+          ASSERT_EQ(specFor(p).queryTile, call > 2  ? 16
+                                          : q == 18 ? 32
+                                                    : 64 / call);
           ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok()) << p.ToString();
           SCOPED_TRACE(p.ToString());
           ExpectMatchesOracle(*MakeCompiledBackend(), p, 200 + cases);
           ++cases;
         }
   EXPECT_EQ(cases, 48);
+}
+
+// Query heads per kernel call: a decode kernel the whole group, a prefill
+// kernel the group's largest divisor up to kPrefillMaxGroup.
+TEST(KernelSpecTest, CallGroupFor) {
+  EXPECT_EQ(kPrefillMaxGroup, 4);
+  struct Case {
+    int64_t group, prefill;
+  };
+  for (const Case &c :
+       {Case{1, 1}, Case{2, 2}, Case{3, 3}, Case{4, 4}, Case{5, 1}, Case{6, 3},
+        Case{7, 1}, Case{8, 4}, Case{9, 3}, Case{10, 2}, Case{12, 4},
+        Case{32, 4}, Case{127, 1}, Case{129, 3}}) {
+    EXPECT_EQ(prefillGroupFor(c.group), c.prefill) << "group " << c.group;
+    EXPECT_EQ(callGroupFor(kDecodeMaxQueries, c.group), c.prefill)
+        << "group " << c.group;
+    EXPECT_EQ(callGroupFor(kDecodeMaxQueries - 1, c.group), c.group)
+        << "group " << c.group;
+  }
 }
 
 // The prefill tile grows to 64 rows (query tile x group) for MHA and groups
@@ -522,6 +549,28 @@ TEST(CompiledBackendTest, HugeGqaGroupIsDeclinedNotCompiled) {
   ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok());
   auto backend = MakeCompiledBackend();
   ExpectMatchesOracle(*backend, p, 3);
+}
+
+// A prefill kernel takes at most kPrefillMaxGroup query heads per call, so a
+// group the decode kernel declines runs as a prefill in slices of a divisor
+// of it (129 = 3 x 43: 43 calls of 3 heads per query block), ragged with an
+// empty sequence and a decode-length one, every mask.
+TEST(CompiledBackendTest, HugeGqaGroupPrefillRunsInSlicesOfItsHeads) {
+  for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
+                        MaskKind::kBias}) {
+    auto parsed = ParseProblem("b=3,hq=129,hkv=1,d=8,q=5:0:1,kv=70:3:9");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    AttentionProblem p = *parsed;
+    p.mask = mask;
+    if (mask == MaskKind::kWindow)
+      p.window = 30;
+    ASSERT_TRUE(MakeCompiledBackend()->Supports(p).ok()) << p.ToString();
+    const KernelSpec spec = specFor(p);
+    EXPECT_EQ(spec.group, 3);
+    EXPECT_EQ(spec.queryTile, kPrefillQueryTile);
+    SCOPED_TRACE(p.ToString());
+    ExpectMatchesOracle(*MakeCompiledBackend(), p, 7);
+  }
 }
 
 // Decode (q_len 1) with one head: fewer work items than threads, so the keys

@@ -52,6 +52,30 @@ inline int64_t queryTileFor(int64_t maxQueries, int64_t group) {
   return tile;
 }
 
+/// The most query heads of one KV head that one prefill kernel call takes.
+/// The vectorizer unrolls its row blocks over them, so compile time grows
+/// with the group (S 1024, d 128, f32 prefill: JIT 0.74 s at 8, 1.4 s at 16,
+/// 3.6 s at 32; a group of 128 at d <= 9 ~30 s), while 4 heads x 16 queries
+/// already fill the 64-row tile (kPrefillTileRows) that the prefill
+/// register-blocks; a larger group is run as calls of a divisor of it
+/// (prefillGroupFor), each on its slice of the query heads. Decode kernels
+/// take the whole group: their K/V stream is read once for all of it.
+inline constexpr int64_t kPrefillMaxGroup = 4;
+/// Query heads per prefill kernel call for a GQA group of `group`: its
+/// largest divisor up to kPrefillMaxGroup (1 for a prime above it).
+inline int64_t prefillGroupFor(int64_t group) {
+  for (int64_t g = group < kPrefillMaxGroup ? group : kPrefillMaxGroup; g > 1;
+       --g)
+    if (group % g == 0)
+      return g;
+  return 1;
+}
+/// Query heads per kernel call (KernelSpec::group) for a problem whose
+/// longest query block has `maxQueries` rows and `group` query heads per KV
+/// head: the whole group for a decode kernel, prefillGroupFor's slice else.
+inline int64_t callGroupFor(int64_t maxQueries, int64_t group) {
+  return maxQueries < kDecodeMaxQueries ? group : prefillGroupFor(group);
+}
 /// Keys per tile of the kernel whose query tile is `queryTile` (1: decode)
 /// over a `layout` cache of `kv` elements: a decode over a transposed V takes
 /// the tiles of 512-byte V^T runs both backends use
@@ -79,7 +103,8 @@ struct KernelSpec {
   MaskKind mask = MaskKind::kNone;
   /// V stored as [head_dim, seq] (seq stride 1), the "transposed V" layout.
   bool vTransposed = false;
-  /// Query heads sharing one KV head (GQA); 1 = MHA.
+  /// Query heads per call, all of one KV head: the GQA group (1 = MHA) for
+  /// a decode kernel, a divisor of it for a prefill kernel (callGroupFor).
   int64_t group = 1;
   /// Query rows per tile and query head: a multiple of kPrefillQueryTile
   /// selects the prefill micro-kernel (queryTileFor), 1 the decode kernel that
