@@ -55,7 +55,8 @@ inline int64_t queryTileFor(int64_t maxQueries, int64_t group) {
 /// The most query heads of one KV head that one prefill kernel call takes.
 /// The vectorizer unrolls its row blocks over them, so compile time grows
 /// with the group (S 1024, d 128, f32 prefill: JIT 0.74 s at 8, 1.4 s at 16,
-/// 3.6 s at 32; a group of 128 at d <= 9 ~30 s), while 4 heads x 16 queries
+/// 3.6 s at 32; a group of 128 at d <= 9 ~30 s; 2-core Intel Xeon under KVM,
+/// GCC 12.2 with MLIR/LLVM 22, 2026-11-27), while 4 heads x 16 queries
 /// already fill the 64-row tile (kPrefillTileRows) that the prefill
 /// register-blocks; a larger group is run as calls of a divisor of it
 /// (prefillGroupFor), each on its slice of the query heads. Decode kernels
