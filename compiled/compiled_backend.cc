@@ -251,11 +251,12 @@ int64_t CompiledBackend::planItems(const AttentionProblem &p, int threads,
                                    int64_t heads, int64_t g) {
   items_.clear();
   merges_.clear();
-  const int64_t group = p.group_size(), slices = group / g;
-  const int64_t bands = (p.kv_heads + heads - 1) / heads * slices;
+  const int64_t group = p.group_size();
+  // Kernel calls per query block: a band of kv heads x a slice of g heads.
+  const int64_t calls = (p.kv_heads + heads - 1) / heads * (group / g);
   int64_t blocks = 0;
   for (int64_t b = 0; b < p.batch; ++b)
-    blocks += bands * ((p.q_lens[b] + kRowsPerItem - 1) / kRowsPerItem);
+    blocks += calls * ((p.q_lens[b] + kRowsPerItem - 1) / kRowsPerItem);
   const KvSplitPlan plan = PlanKvSplits(blocks, threads, p.max_kv_len());
   int64_t slots = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
