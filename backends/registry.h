@@ -27,6 +27,11 @@ struct BackendTraits {
   // Prefill materializes the S x S logits per head: memory and time grow
   // with S^2, so benchmarks cap its sequence length.
   bool quadratic_prefill = false;
+  // The naive, unfused baseline (the reference): benchmarks time it for the
+  // speedups over it, never against the machine's limits, so it gets no
+  // paired twin (decode_paired*/, prefill*_paired/: % of the read bandwidth
+  // or FMA peak measured alongside -- a figure for fast kernels).
+  bool baseline = false;
 };
 
 using BackendFactory = std::unique_ptr<Backend> (*)();

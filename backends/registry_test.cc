@@ -28,11 +28,14 @@ TEST(RegistryTest, UnknownNamesAreNotFoundAndListTheRegisteredOnes) {
 
 TEST(RegistryTest, TraitsComeFromTheListAndDefaultForOtherNames) {
   EXPECT_TRUE(TraitsOf("reference").quadratic_prefill);
+  EXPECT_TRUE(TraitsOf("reference").baseline);
   const BackendTraits plugin = TraitsOf("some_plugin");
   EXPECT_FALSE(plugin.quadratic_prefill);
+  EXPECT_FALSE(plugin.baseline);
   for (const BackendInfo& info : RegisteredBackends()) {
     if (info.name != "reference") {
       EXPECT_FALSE(info.traits.quadratic_prefill) << info.name;
+      EXPECT_FALSE(info.traits.baseline) << info.name;
     }
   }
 }

@@ -77,8 +77,14 @@ std::vector<BackendSource>& Sources() {
 // S = QK^T per head: at S 4096, hq 32 one call is ~275 GFLOP of
 // single-threaded Eigen plus 512M exp()s -- tens of seconds a call on a
 // 2-core AMD EPYC Zen 5 family 26, GCC 12.2, 2026-11-21. Above
-// this length only the other backends run prefill.
+// this length only the other backends run prefill; in the --quick grid above
+// 512 (its S 2048 rows, f32 and bf16, took ~5 of a quick run's ~25 min;
+// 2-core Intel Xeon under KVM, GCC 12.2, 2026-11-27).
 constexpr int64_t kQuadraticPrefillMaxS = 2048;
+constexpr int64_t kQuadraticPrefillQuickMaxS = 512;
+int64_t QuadraticPrefillMaxS() {
+  return g_quick ? kQuadraticPrefillQuickMaxS : kQuadraticPrefillMaxS;
+}
 
 std::vector<std::string>& SkipLog() {
   static std::vector<std::string> log;
@@ -813,7 +819,7 @@ void RegisterBlock(const BackendSource* ip, Backend& backend,
 void RegisterBlockFamilies(const BackendSource& info, Backend& backend) {
   for (int64_t s : Grid({512, 2048}, {512})) {
     for (int64_t hkv : {8, 32}) {
-      if (info.traits.quadratic_prefill && s > kQuadraticPrefillMaxS) continue;
+      if (info.traits.quadratic_prefill && s > QuadraticPrefillMaxS()) continue;
       RegisterBlock(&info, backend, "block_prefill",
                     LlamaBlock(s, s, hkv, DType::kF32), {s, hkv}, false);
     }
@@ -849,6 +855,10 @@ void RegisterAll() {
     }
     Backend& backend = **made;
 
+    // Why the naive baseline gets no paired twin (BackendTraits::baseline).
+    const std::string kNoBaselineTwin =
+        "the naive baseline (timed for the speedups over it); no paired twin";
+
     // A memory-bound family's benchmark of p (RunAttention: GB/s and % of
     // the read bandwidth), or with `paired` its BM_DecodePaired twin's; or
     // the reason the backend does not run it.
@@ -856,6 +866,10 @@ void RegisterAll() {
                             const AttentionProblem& p,
                             std::vector<std::string> arg_names,
                             std::vector<int64_t> args, bool paired = false) {
+      if (paired && info.traits.baseline) {
+        Skip(family + "/" + name + "/" + p.ToString(), kNoBaselineTwin);
+        return;
+      }
       if (Status sup = backend.Supports(p); !sup.ok()) {
         Skip(family + "/" + name + "/" + p.ToString(), sup.ToString());
         return;
@@ -881,21 +895,25 @@ void RegisterAll() {
     // of the FMA peak), or with `paired` its BM_PrefillPaired twin's
     // (<family>_paired/: the FMA loop in the same rounds); or the reason
     // the backend does not run it. A backend that materializes S x S per
-    // head (quadratic_prefill) stops at kQuadraticPrefillMaxS, and gets no
-    // paired twin: that figure is for fused kernels.
+    // head (quadratic_prefill) stops at QuadraticPrefillMaxS(); the
+    // baseline gets no paired twin.
     auto compute_bound = [&](const std::string& family,
                              const AttentionProblem& p,
                              std::vector<std::string> arg_names,
                              std::vector<int64_t> args, bool paired = false) {
       const std::string bench_family = paired ? family + "_paired" : family;
       const std::string bm = bench_family + "/" + name + "/" + p.ToString();
+      if (paired && info.traits.baseline) {
+        Skip(bm, kNoBaselineTwin);
+        return;
+      }
       if (info.traits.quadratic_prefill &&
-          (paired || p.max_q_len() > kQuadraticPrefillMaxS)) {
+          p.max_q_len() > QuadraticPrefillMaxS()) {
         Skip(bm,
-             "the backend materializes S x S per head (quadratic_prefill); " +
-                 (paired ? std::string("no paired twin")
-                         : "capped at S <= " +
-                               std::to_string(kQuadraticPrefillMaxS)));
+             "the backend materializes S x S per head (quadratic_prefill); "
+             "capped at S <= " +
+                 std::to_string(QuadraticPrefillMaxS()) +
+                 (g_quick ? " in the --quick grid" : ""));
         return;
       }
       if (Status sup = backend.Supports(p); !sup.ok()) {

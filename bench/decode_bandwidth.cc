@@ -151,8 +151,7 @@ DecodeBandwidthReport DecodeVsReadBandwidth(const RunData& run) {
     } else if (s.error.empty()) {
       return false;
     }
-    if (const auto* p = FindMetric(s, "pct_peak"))
-      row.pct_peak_start = Median(*p);
+    row.pct_peak_start = MedianMetric(s, "pct_peak");
     if (report.read_bw.ok() && !std::isnan(row.median_gbps)) {
       row.pct_read_bw_same_run =
           100.0 * row.median_gbps / report.read_bw->median_gbps;
