@@ -130,12 +130,6 @@ struct Inputs {
   size_t bytes = 0;
 };
 
-size_t ViewBytes(const TensorView& t) {
-  return t.is_null()
-             ? 0
-             : static_cast<size_t>(t.NumElements()) * DTypeSize(t.dtype);
-}
-
 // A quarter of the physical memory, at most 4 GiB (the f32 decode at kv 32k,
 // batch 4 alone has 1 GiB of K/V; the newest problem is kept even when it
 // alone is more).
@@ -165,7 +159,7 @@ StatusOr<const AttentionArgs*> InputsFor(const AttentionProblem& p) {
   const AttentionArgs& a = in.data->args();
   for (const TensorView* t :
        {&a.q, &a.k, &a.v, &a.out, &a.bias, &a.k_scale, &a.v_scale}) {
-    in.bytes += ViewBytes(*t);
+    in.bytes += SpanBytes(t->shape, t->strides, t->dtype);  // 0 when absent
   }
   // Free the least recently used before filling the new inputs.
   while (!cache.empty() && total + in.bytes > budget) {
