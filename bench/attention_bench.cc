@@ -44,6 +44,7 @@
 
 #include "backends/registry.h"
 #include "bench/calibration.h"
+#include "bench/decode_bandwidth.h"
 #include "bench/output_check.h"
 #include "bench/prefill_paired.h"
 #include "bench/run_data.h"
@@ -365,20 +366,21 @@ const AttentionArgs* PairedInputs(benchmark::State& state, Backend& backend,
 // compares medians taken at different moments of a run, while this host's
 // read bandwidth swings 26..83 GB/s within minutes (all figures in this
 // comment: 2-core AMD EPYC Zen 5 family 26, GCC 12.2, 2026-11-21). Here each
-// iteration is one round: one read pass over the read_bw buffer (all threads),
-// then decode calls for as long as that pass took (at least one; the read pass
-// has evicted the KV cache, so the first call streams it from DRAM as a
-// decode step does). The two halves of a round see the same tenant load, so
+// iteration is one round (RunPairedRound, decode_bandwidth.h): one read pass
+// over the read_bw buffer (all threads), which evicts the KV cache, then one
+// decode call, which streams it from DRAM as a decode step does. The two
+// halves of a round see the same tenant load, so
 //   pct_read_bw_paired = median over rounds of
 //                        100 * (decode GB/s) / (read GB/s)
 // has quartiles within a few % where the same-run figure's inputs spread
 // +-15% (scratch measurement, simd and compiled at kv 16k). It still moves
 // with the host's state: at 45 GB/s both decode kernels are memory-bound,
 // at 80 GB/s they are closer to compute-bound and read a smaller fraction.
-// The iteration's (manual) time is one decode call's, the mean over the
-// round's calls, so time and GBps compare with decode/'s; read_GBps is the
-// median read pass. A fixed round count: the manual time (one call) is a
-// fraction of a round's wall time, so min_time would run thousands.
+// The iteration's (manual) time is the call's, so time and GBps compare with
+// decode/'s (whose back-to-back calls may reread a K/V that the last-level
+// cache holds); read_GBps is the median read pass. A fixed round count: the
+// manual time (one call) is a fraction of a round's wall time, so min_time
+// would run thousands.
 constexpr int64_t kPairedRounds = 32;
 void BM_DecodePaired(benchmark::State& state, const BackendSource* info,
                      const AttentionProblem& p) {
@@ -394,30 +396,27 @@ void BM_DecodePaired(benchmark::State& state, const BackendSource* info,
   pct.reserve(static_cast<size_t>(state.max_iterations));
   read_gbps.reserve(static_cast<size_t>(state.max_iterations));
   for (auto _ : state) {
-    const Clock::time_point r0 = Clock::now();
-    benchmark::DoNotOptimize(SumFloats(buf, n, threads));
-    const double read_s = Seconds(Clock::now() - r0);
-    int64_t calls = 0;
-    double decode_s = 0;
-    const Clock::time_point d0 = Clock::now();
-    do {
-      const Status s = backend.Attention(p, *args);
-      if (!s.ok()) return SetError(state, s);
-      benchmark::ClobberMemory();
-      ++calls;
-      decode_s = Seconds(Clock::now() - d0);
-    } while (decode_s < read_s);
-    state.SetIterationTime(decode_s / static_cast<double>(calls));
-    read_gbps.push_back(read_bytes / read_s / 1e9);
-    pct.push_back(100.0 * (call_bytes * static_cast<double>(calls) / decode_s) /
-                  (read_bytes / read_s));
+    const StatusOr<PairedRound> round = RunPairedRound(
+        [&] {
+          benchmark::DoNotOptimize(SumFloats(buf, n, threads));
+          return Status::Ok();
+        },
+        [&] {
+          const Status s = backend.Attention(p, *args);
+          benchmark::ClobberMemory();
+          return s;
+        });
+    if (!round.ok()) return SetError(state, round.status());
+    state.SetIterationTime(round->call_s);
+    read_gbps.push_back(read_bytes / round->read_s / 1e9);
+    pct.push_back(round->Pct(read_bytes, call_bytes));
   }
   // kIsRate divides by the summed iteration times: per-call seconds.
   state.counters["GBps"] = benchmark::Counter(
       call_bytes * static_cast<double>(state.iterations()) / 1e9,
       benchmark::Counter::kIsRate);
   state.counters["read_GBps"] = Median(read_gbps);
-  state.counters["pct_read_bw_paired"] = Median(pct);
+  state.counters[std::string(kPctReadBwPaired)] = Median(pct);
 }
 
 // ------------------------------------------------------------ prefill paired
