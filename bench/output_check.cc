@@ -22,14 +22,20 @@ bool Uniform(const std::vector<int64_t>& v) {
 // oracle, with bounds derived from the naive reference on the same inputs)
 // -- the model the differential tester and the decode report use. Indices in
 // the message are shifted by row_offset (the slice's first row).
+// `kept`: the oracle's result for (p, args' inputs), or null to compute it
+// into *computed.
 Status CompareRows(const AttentionProblem& p, const AttentionArgs& args,
-                   int64_t row_offset) {
-  Tensor scratch = Tensor::Contiguous(
-      DType::kF32, {p.batch, p.q_heads, p.max_q_len(), p.head_dim});
-  AttentionArgs truth_args = args;
-  truth_args.out = scratch.view;
-  ATTNKIT_ASSIGN_OR_RETURN(reference::Truth truth,
-                           reference::ComputeTruth(p, truth_args));
+                   int64_t row_offset, const reference::Truth* kept,
+                   reference::Truth* computed) {
+  if (kept == nullptr) {
+    Tensor scratch = Tensor::Contiguous(
+        DType::kF32, {p.batch, p.q_heads, p.max_q_len(), p.head_dim});
+    AttentionArgs truth_args = args;
+    truth_args.out = scratch.view;
+    ATTNKIT_ASSIGN_OR_RETURN(*computed, reference::ComputeTruth(p, truth_args));
+    kept = computed;
+  }
+  const reference::Truth& truth = *kept;
   const reference::ErrorStats e =
       reference::MeasureError(p, truth.oracle, args.out, truth.bounds.max_abs);
   const bool nonfinite = e.nonfinite > 0;
@@ -58,15 +64,38 @@ Status CompareRows(const AttentionProblem& p, const AttentionArgs& args,
 }  // namespace
 
 Status CheckAgainstOracle(const AttentionProblem& p, const AttentionArgs& args,
-                          int64_t edge_rows, double full_check_work) {
+                          int64_t edge_rows, double full_check_work,
+                          TruthCache* cache) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
+  // Rows [row_offset, ...) of p's output as the sub-problem `sub`, through
+  // the cache when there is one (keyed by p and the slice's first row).
+  const std::string problem = cache != nullptr ? p.ToString() : std::string();
+  auto compare = [&](const AttentionProblem& sub, const AttentionArgs& a,
+                     int64_t row_offset) {
+    reference::Truth computed;
+    if (cache == nullptr) {
+      return CompareRows(sub, a, row_offset, nullptr, &computed);
+    }
+    const std::string key = problem + " rows:" + std::to_string(row_offset) +
+                            "+" + std::to_string(sub.max_q_len());
+    auto it = cache->truths_.find(key);
+    const bool hit = it != cache->truths_.end();
+    const Status s =
+        CompareRows(sub, a, row_offset, hit ? &it->second : nullptr, &computed);
+    // A verdict, good or bad, means the truth was computed: keep it. (A
+    // failed ComputeTruth leaves `computed` empty and is not kept.)
+    if (!hit && !computed.oracle.empty()) {
+      cache->truths_.emplace(key, std::move(computed));
+    }
+    return s;
+  };
   const double work = static_cast<double>(p.batch * p.q_heads * p.head_dim) *
                       static_cast<double>(p.max_q_len()) *
                       static_cast<double>(p.max_kv_len());
   const int64_t ql = p.q_lens[0], kl = p.kv_lens[0];
   if (work <= full_check_work || !Uniform(p.q_lens) || !Uniform(p.kv_lens) ||
       ql <= 2 * edge_rows) {
-    return CompareRows(p, args, 0);
+    return compare(p, args, 0);
   }
   for (const int64_t i0 : {int64_t{0}, ql - edge_rows}) {
     const int64_t i1 = i0 + edge_rows;
@@ -89,7 +118,7 @@ Status CheckAgainstOracle(const AttentionProblem& p, const AttentionArgs& args,
       a.bias = args.bias.Slice(
           {0, 0, i0, 0}, {p.batch, args.bias.shape[1], edge_rows, sub_kv});
     }
-    ATTNKIT_RETURN_IF_ERROR(CompareRows(sub, a, i0));
+    ATTNKIT_RETURN_IF_ERROR(compare(sub, a, i0));
   }
   return Status::Ok();
 }

@@ -88,6 +88,52 @@ TEST(OutputCheckTest, CanaryCorruptedElementFails) {
   EXPECT_TRUE(CheckAgainstOracle(big.p, big.data.args(), 4, 0).ok());
 }
 
+// A cache keeps the oracle's result per problem and slice, never a verdict:
+// a later check of the same problem against a wrong output still fails,
+// naming the element, and a right one passes.
+TEST(OutputCheckTest, TruthCacheKeepsTheOracleNotTheVerdict) {
+  TruthCache cache;
+  Case small = Make(8, MaskKind::kCausal, DType::kF32);
+  ASSERT_TRUE(
+      CheckAgainstOracle(small.p, small.data.args(), 4, kFullCheckWork, &cache)
+          .ok());
+  EXPECT_EQ(cache.size(), 1u);  // checked whole
+  const TensorView& out = small.data.args().out;
+  const float keep = out.Load(1, 3, 5, 7);
+  out.Store(1, 3, 5, 7, keep + 0.05f);
+  Status s =
+      CheckAgainstOracle(small.p, small.data.args(), 4, kFullCheckWork, &cache);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("[b=1,h=3,i=5,d=7]"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(cache.size(), 1u);  // a hit
+  out.Store(1, 3, 5, 7, keep);
+  EXPECT_TRUE(
+      CheckAgainstOracle(small.p, small.data.args(), 4, kFullCheckWork, &cache)
+          .ok());
+
+  // Sliced: the first and last rows are two entries (same sub-problem shape
+  // without a mask, different rows), and a corrupted last row is found
+  // through the cache.
+  Case big = Make(40, MaskKind::kNone, DType::kF32);
+  ASSERT_TRUE(CheckAgainstOracle(big.p, big.data.args(), 4, 0, &cache).ok());
+  EXPECT_EQ(cache.size(), 3u);
+  const TensorView& bo = big.data.args().out;
+  bo.Store(0, 3, 38, 63, bo.Load(0, 3, 38, 63) + 0.05f);
+  s = CheckAgainstOracle(big.p, big.data.args(), 4, 0, &cache);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("[b=0,h=3,i=38,d=63]"), std::string::npos)
+      << s.ToString();
+  EXPECT_EQ(cache.size(), 3u);
+
+  // Another problem is another key, not the first one's truth.
+  Case other = Make(8, MaskKind::kNone, DType::kF32);
+  EXPECT_TRUE(
+      CheckAgainstOracle(other.p, other.data.args(), 4, kFullCheckWork, &cache)
+          .ok());
+  EXPECT_EQ(cache.size(), 4u);
+}
+
 TEST(OutputCheckTest, FillFromPoolIsReproducibleAndSalted) {
   Tensor a = Tensor::Contiguous(DType::kF32, {1, 2, 3, 64});
   Tensor b = Tensor::Contiguous(DType::kF32, {1, 2, 3, 64});
