@@ -1244,6 +1244,9 @@ void AddContext(const Calibration& cal, bool interleaved) {
   benchmark::AddCustomContext("git_sha", env("ATTNKIT_GIT_SHA", "unknown"));
   benchmark::AddCustomContext("git_dirty", env("ATTNKIT_GIT_DIRTY", "unknown"));
   benchmark::AddCustomContext("attnkit_quick", g_quick ? "1" : "0");
+  // How decode_paired/ measures (bench compare does not compare its rows
+  // across methods): one cold call per round (RunPairedRound).
+  benchmark::AddCustomContext("decode_paired_method", "one_cold_call");
   // pct_read_bw_same_run (bench/decode_bandwidth.h) assumes read_bw's
   // repetitions were spread over the run like the decode ones.
   benchmark::AddCustomContext("random_interleaving", interleaved ? "1" : "0");

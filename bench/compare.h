@@ -8,11 +8,13 @@
 //   errors : a benchmark whose output check failed in the new run is a
 //            regression whatever its speed.
 //   unknown: a benchmark of the base missing from the new run (or a gated
-//            metric of it), unless allow_missing; a slowdown of >= 5% that
-//            the test cannot judge because the repetitions are too few for
-//            p < alpha (3 + 3 can reach only p = 0.1); and a comparison in
-//            which no benchmark is in both runs. The gate fails on these too:
-//            what it did not test never passes.
+//            metric of it), or measured there by another method (a family
+//            whose method changed under the same name, recorded in the run
+//            context: decode_paired_method), unless allow_missing; a slowdown
+//            of >= 5% that the test cannot judge because the repetitions are
+//            too few for p < alpha (3 + 3 can reach only p = 0.1); and a
+//            comparison in which no benchmark is in both runs. The gate fails
+//            on these too: what it did not test never passes.
 //   calibration/ benchmarks measure the host (FMA peak, read bandwidth), which
 //   other tenants move by up to 2.7x within minutes (2-core AMD EPYC Zen 5
 //   family 26, GCC 12.2, 2026-11-21); `./attnkit bench` runs read_bw in every

@@ -233,6 +233,43 @@ TEST(CompareTest, MissingBenchmarksFailUnlessAllowed) {
   EXPECT_FALSE(CompareRuns(SyntheticRun("a", "d1", 1), next, allow).failed());
 }
 
+// decode_paired/ rows measured by another method (the context records it;
+// a run without the key predates the one-cold-call rounds) are not compared:
+// listed as missing, with the reason, unless allow_missing. Same method: a
+// comparison as usual.
+TEST(CompareTest, RowsMeasuredByAnotherMethodAreNotCompared) {
+  constexpr const char* kPaired =
+      "decode_paired/simd/kv_len:16384/bf16:1/batch:1/iterations:32/"
+      "manual_time";
+  RunData base = SyntheticRun("a", "d1", 1);
+  RunData next = SyntheticRun("b", "d2", 2);
+  base.benchmarks[kPaired] = base.benchmarks[kPrefill];
+  Plant slow;
+  slow.slowdown[kPrefill] = 1.4;  // the cold calls take longer
+  next.benchmarks[kPaired] =
+      SyntheticRun("b", "d2", 2, 9, slow).benchmarks[kPrefill];
+  next.info.context_json = R"({"decode_paired_method": "one_cold_call"})";
+  CompareReport r = CompareRuns(base, next);
+  std::string table = FormatCompareTable(r, {}, {});
+  EXPECT_TRUE(r.failed()) << table;
+  EXPECT_EQ(r.regressions, 0) << table;
+  EXPECT_EQ(r.missing, 1) << table;
+  EXPECT_NE(table.find(std::string(kPaired) +
+                       ": measured differently (decode_paired_method: base "
+                       "calls_for_the_read_pass, new one_cold_call)"),
+            std::string::npos)
+      << table;
+  CompareOptions allow;
+  allow.allow_missing = true;
+  EXPECT_FALSE(CompareRuns(base, next, allow).failed());
+
+  // Both runs by the new method: the slowdown is a regression again.
+  base.info.context_json = next.info.context_json;
+  r = CompareRuns(base, next);
+  ASSERT_EQ(Regressions(r).size(), 1u) << FormatCompareTable(r, {}, {});
+  EXPECT_EQ(Regressions(r)[0]->benchmark, kPaired);
+}
+
 // Every benchmark vanished (a filter that matched nothing, the wrong file):
 // nothing was compared, so nothing passed -- even with allow_missing.
 TEST(CompareTest, NothingComparedFails) {
