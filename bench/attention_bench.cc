@@ -1246,7 +1246,8 @@ void AddContext(const Calibration& cal, bool interleaved) {
   benchmark::AddCustomContext("attnkit_quick", g_quick ? "1" : "0");
   // How decode_paired/ measures (bench compare does not compare its rows
   // across methods): one cold call per round (RunPairedRound).
-  benchmark::AddCustomContext("decode_paired_method", "one_cold_call");
+  benchmark::AddCustomContext(std::string(kDecodePairedMethodKey),
+                              std::string(kDecodePairedMethod));
   // pct_read_bw_same_run (bench/decode_bandwidth.h) assumes read_bw's
   // repetitions were spread over the run like the decode ones.
   benchmark::AddCustomContext("random_interleaving", interleaved ? "1" : "0");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "bench/decode_bandwidth.h"
 #include "bench/stats.h"
 #include "runtime/stats.h"
 
@@ -82,7 +83,7 @@ constexpr MethodChange kMethodChanges[] = {
     // decode_paired/, decode_paired_kv/: from a56b8d7 one cold call per
     // round, before it calls for as long as the read pass had taken
     // (bench/README.md, "The paired figure").
-    {"decode_paired", "decode_paired_method", "calls_for_the_read_pass"},
+    {"decode_paired", kDecodePairedMethodKey, "calls_for_the_read_pass"},
 };
 
 // Why `name` is not comparable between the runs, or "".

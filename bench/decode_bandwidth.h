@@ -49,6 +49,12 @@ inline constexpr std::string_view kReadBwPrefix = "calibration/read_bw/";
 // 6.19 -> 5.60 ms. Rounds that called for as long as the pass took counted
 // those rereads as read bandwidth (101% of the pass for one bf16 kernel).
 // `read` and `call` return Status; the first error ends the round.
+// The run-context key that records this method, and its value (bench
+// compare does not compare decode_paired/ rows across methods; runs from
+// before it have no key).
+inline constexpr std::string_view kDecodePairedMethodKey =
+    "decode_paired_method";
+inline constexpr std::string_view kDecodePairedMethod = "one_cold_call";
 struct PairedRound {
   double read_s = 0;
   double call_s = 0;
