@@ -486,12 +486,22 @@ TEST(KernelSpecTest, KvTileFor) {
   p.layout = KvLayout::kTransposedV;
   p.q_lens = {1};
   p.kv_lens = {700};
-  const KernelSpec decode = specFor(p);
+  // The keys without the bf16 dot: specFor's default turns it on where the
+  // CPU has it and it pays (CpuBf16DotPays), which made this test's keys
+  // depend on the host (it failed on a Zen 5).
+  const KernelSpec decode = specFor(p, /*bf16Dot=*/false);
   EXPECT_EQ(decode.kvTile, 256);
   EXPECT_EQ(decode.key(), "d64_bf16_none_vt_g4_q1_k256");
+  EXPECT_EQ(specFor(p).kvTile, 256);
+  if (CpuHasAvx512Bf16()) {
+    EXPECT_EQ(specFor(p, true).key(), "d64_bf16_none_vt_g4_q1_bf16dot_k256");
+  }
   p.q_lens = {700};
-  EXPECT_EQ(specFor(p).kvTile, kKvTile);
-  EXPECT_EQ(specFor(p).key(), "d64_bf16_none_vt_g4");
+  EXPECT_EQ(specFor(p, false).kvTile, kKvTile);
+  EXPECT_EQ(specFor(p, false).key(), "d64_bf16_none_vt_g4");
+  if (CpuHasAvx512Bf16()) {
+    EXPECT_EQ(specFor(p, true).key(), "d64_bf16_none_vt_g4_bf16dot");
+  }
 }
 
 // The transposed-V decode kernel's longer tiles (kvTileFor) against the
