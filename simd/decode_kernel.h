@@ -63,6 +63,8 @@ struct DecodeKernel {
           dot(X::kBf16Dot && d % 32 == 0 &&
               (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkInPlace))),
           in_place(d % W == 0),
+          read_ahead(Micro::kQkInPlace && j.kv_heads > 1 && !tv && in_place &&
+                     kv == DType::kF32),
           k_type(in_place ? kv : DType::kF32),
           esize(DTypeSize(kv)),
           ahead_keys(PrefetchKeys(d * esize)),
@@ -89,7 +91,10 @@ struct DecodeKernel {
     const int64_t tile;   // keys per tile (DecodeTileKeys)
     const bool dot;       // QK^T on vdpbf16ps: q bf16, K bf16 or int8
     const bool in_place;  // K and V rows read in place: d % W == 0
-    const DType k_type;   // K rows as QK^T reads them (widened in registers)
+    // BSHD items of several kv heads, f32: each block's rows read once in
+    // address order before its compute (ReadAhead), no software prefetch.
+    const bool read_ahead;
+    const DType k_type;  // K rows as QK^T reads them (widened in registers)
     const int64_t esize, ahead_keys;
     const char* const kdata;
     const char* const vdata;
@@ -166,7 +171,7 @@ struct DecodeKernel {
                                                int64_t kvh, int64_t jb) {
     AheadRows k_ahead;
     const int64_t jk = t.j0 + jb + it.ahead_keys;
-    if (jk < it.end) {
+    if (jk < it.end && !it.read_ahead) {
       k_ahead.base =
           it.kdata + it.a.k.Offset(it.job.batch, kvh, jk, 0) * it.esize;
       k_ahead.stride = it.a.k.strides[2] * it.esize;
@@ -370,8 +375,32 @@ struct DecodeKernel {
   // With several kv heads the heads are the inner loop: at each block of W
   // keys the item reads its heads' rows of those keys, adjacent in memory,
   // before the next block (simd/README.md, "BSHD decode items").
+  // Reads each line of the item's kv heads' rows of the keys [j, j + n) of
+  // `v` once, key by key and head by head: in address order for BSHD, where
+  // a key's heads are adjacent. The block's compute then reads them, head by
+  // head, from the caches. f32 BSHD items of several kv heads read their
+  // blocks so instead of prefetching in software: the compute's order (each
+  // head's 16 rows, 4 KiB apart, then the next head's) streamed from DRAM at
+  // about two thirds of an address-order pass, prefetched or not
+  // (simd/README.md, "BSHD decode items").
+  ATTNKIT_SIMD_STEP static void ReadAhead(const Item& it, const TensorView& v,
+                                          const char* data, int64_t j,
+                                          int64_t n) {
+    const int64_t bytes = it.d * it.esize;
+    for (int64_t k = j; k < j + n; ++k)
+      for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
+        const char* row =
+            data + v.Offset(it.job.batch, it.job.kv_head + hk, k, 0) * it.esize;
+        for (int64_t x = 0; x < bytes; x += 64)
+          (void)*static_cast<const volatile char*>(row + x);
+      }
+  }
+
   ATTNKIT_SIMD_STEP static void QkTile(const Item& it, const Tile& t) {
     for (int64_t jb = 0; jb < t.ntp; jb += W) {
+      if (it.read_ahead)
+        ReadAhead(it, it.a.k, it.kdata, t.j0 + jb,
+                  t.nt - jb < W ? t.nt - jb : W);
       for (int64_t hk = 0; hk < it.job.kv_heads; ++hk) {
         const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
         if constexpr (Micro::kQkInPlace) {
@@ -572,7 +601,7 @@ struct DecodeKernel {
     const int64_t off = a.v.Offset(it.job.batch, kvh, t.j0 + j, 0);
     const float* pm = it.sm + s0 * it.tile + j;
     float* o = it.o + s0 * it.De;
-    const int64_t pf_rows = it.end - t.j0 - j;
+    const int64_t pf_rows = it.read_ahead ? 0 : it.end - t.j0 - j;
     if (it.bf16) {
       Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj,
                        static_cast<const uint16_t*>(a.v.data) + off,
@@ -609,10 +638,12 @@ struct DecodeKernel {
       const int64_t span = std::clamp<int64_t>(
           (int64_t{64} << 10) / std::max<int64_t>(row_bytes, 1) / W * W, W,
           it.tile);
-      for (int64_t j = 0; j < t.nt; j += span)
+      for (int64_t j = 0; j < t.nt; j += span) {
+        const int64_t nj = t.nt - j < span ? t.nt - j : span;
+        if (it.read_ahead) ReadAhead(it, a.v, it.vdata, t.j0 + j, nj);
         for (int64_t hk = 0; hk < heads; ++hk)
-          PvInPlace(it, t, it.job.kv_head + hk, hk * it.Rh, j,
-                    t.nt - j < span ? t.nt - j : span);
+          PvInPlace(it, t, it.job.kv_head + hk, hk * it.Rh, j, nj);
+      }
       return;
     }
     for (int64_t hk = 0; hk < heads; ++hk) {

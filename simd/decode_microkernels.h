@@ -118,7 +118,8 @@ struct DecodeMicroKernels {
   //
   // pf_rows: rows that exist from vbase on (the keys left in the work item):
   // the first row block prefetches rows PrefetchKeys() ahead up to there; 0
-  // for a workspace copy (nothing to prefetch).
+  // for nothing to prefetch (a workspace copy, or rows the decode kernel's
+  // ReadAhead has read).
   //
   // Never inlined: compiled on its own, its loops are split at the end of
   // the prefetched rows and unswitched on whether to prefetch at all; inlined
