@@ -299,6 +299,7 @@ private:
   void storeTransposedOut(Value i0, Value bq);
   void qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb, Value from,
                      Value to);
+  void readAhead(bool keys, Value j0, Value from, Value to);
   void epilogue(Value i0, Value bq);
   /// `vectorHi`: empty, or the key bound of each vector of 16 rows (see
   /// emit(); emitPrefill clamps them to the tile, each at least the one
@@ -315,6 +316,9 @@ private:
   Value acc_, mrow_, lrow_, alpha_, scores_, qpack_;
   bool accTransposed_ = false;
   bool prefetchV_ = false; // decode kernel: pvRows prefetches V rows ahead
+  // Headed f32 decode kernel: each block's K and V rows are read once in
+  // address order before its compute (readAhead), nothing is prefetched.
+  bool readAhead_ = false;
   const bool bf16DotAllowed_;
   // QKᵀ on vdpbf16ps: Q and K bf16 and allowed. qpack_ then holds bf16 Q in
   // pairs of dims (see emitPrefill / emitDecode).

@@ -141,7 +141,7 @@ void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb,
     SmallVector<Value> keys;
     for (int64_t x = 0; x < kb; ++x)
       keys.push_back(add(j0, minI(add(jj0, cI(x)), last)));
-    if (r0 == 0)
+    if (r0 == 0 && !readAhead_)
       for (Value key : keys)
         prefetchRow(f_.k, key);
     // Accumulator (y * kb + x) * parts + h: row y, key x, part h.
@@ -194,6 +194,39 @@ void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb,
                     .getResult();
       storeV(part, scores_, {cI(r0 + y), jj0});
     }
+  });
+}
+
+/// Reads every line of the K (`keys`) or V rows [j0 + from, j0 + to) of
+/// each head once (one element per 64-byte line), key by key and head by
+/// head: in address order for a BSHD cache, whose heads of one key are
+/// adjacent. The loads feed an empty inline asm with side effects, so they
+/// stay; the block's compute then reads the rows, head by head, from the
+/// caches. The compute's own order
+/// (each head's 16 rows, a position row apart, then the next head's)
+/// streamed from DRAM at about two thirds of an address-order pass,
+/// prefetched or not (simd/README.md, "BSHD decode items": the simd
+/// kernel's ReadAhead, the same reads).
+void Emitter::readAhead(bool keys, Value j0, Value from, Value to) {
+  loop(from, to, cI(1), [&](Value j) {
+    forEachHead([&] {
+      Value mem = keys ? f_.k : f_.v;
+      const int64_t perLine = 512 / elemOf(mem).getIntOrFloatBitWidth();
+      for (int64_t o = 0; o < f_.d; o += perLine) {
+        // One element per line, its bits into a general register ("r": a
+        // vector operand needs a register class every ISA has for it).
+        Value x = memref::LoadOp::create(b_, loc_, mem,
+                                         ValueRange{add(j0, j), cI(o)});
+        Value bits = arith::BitcastOp::create(
+            b_, loc_, b_.getIntegerType(elemOf(mem).getIntOrFloatBitWidth()),
+            x);
+        LLVM::InlineAsmOp::create(b_, loc_, /*res=*/Type(), ValueRange{bits},
+                                  "", "r", /*has_side_effects=*/true,
+                                  /*is_align_stack=*/false,
+                                  LLVM::tailcallkind::TailCallKind::None,
+                                  LLVM::AsmDialectAttr(), ArrayAttr());
+      }
+    });
   });
 }
 
@@ -292,7 +325,7 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
   const int64_t pvColumnBlocks = static_cast<int64_t>(chunks(d).size()) /
                                  std::max<int64_t>(1, kLanes / pvRowBlock);
   auto pv = [&](Value j0, Value from, Value n, bool rescale) {
-    prefetchV_ = true;
+    prefetchV_ = !readAhead_;
     const int64_t rb = pvRowBlock;
     for (int64_t r0 = 0; r0 < rows_; r0 += rb)
       pvRows(
@@ -303,6 +336,11 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
           cI(r0), std::min(rb, rows_ - r0), rescale);
   };
 
+  // f32 headed kernels (BSHD decode) read ahead; bf16 and i8 rows, with
+  // more compute per byte, keep the software prefetch (the simd kernel's
+  // bf16 measured 1.0-1.4x the time reading ahead).
+  readAhead_ = f_.heads && !f_.vTransposed && elemOf(f_.k).isF32() &&
+               elemOf(f_.v).isF32();
   loop(lo, hi, cI(bkMax), [&](Value j0) {
     Value bk = minI(cI(bkMax), sub(hi, j0));
     // A headed kernel: K and V go 16 keys at a time with the heads inside,
@@ -312,6 +350,8 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
     if (f_.heads) {
       loop(cI(0), bk, cI(kLanes), [&](Value jb) {
         Value je = minI(add(jb, cI(kLanes)), bk);
+        if (readAhead_)
+          readAhead(/*keys=*/true, j0, jb, je);
         forEachHead([&] { qk(j0, bk, jb, je); });
       });
     } else {
@@ -333,6 +373,8 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
       forEachHead([&] { rescaleAcc(); });
       loop(cI(0), bk, cI(kLanes), [&](Value jb) {
         Value n = minI(cI(kLanes), sub(bk, jb));
+        if (readAhead_)
+          readAhead(/*keys=*/false, j0, jb, add(jb, n));
         forEachHead([&] { pv(j0, jb, n, /*rescale=*/false); });
       });
     } else {

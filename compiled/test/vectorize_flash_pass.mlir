@@ -18,8 +18,10 @@
 // leading head dim, the attention of one head inside a head_loop): the
 // vectorizer walks the heads inside each KV tile -- per-head state allocated
 // for all heads before the loop, 16-key blocks of the tile with a loop over
-// the heads inside, each head's K rows sliced from the band -- and leaves
-// the head loop one trip (the canonicalizer folds it).
+// the heads inside, each head's K rows sliced from the band, read once in
+// address order (an element per line into an empty asm with side effects)
+// before the block's QK^T -- and leaves the head loop one trip (the
+// canonicalizer folds it).
 // RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 2 --q-len 1 --kv-len 300 --headed \
 // RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=HEADED
 // HEADED-LABEL: func.func @attention
@@ -28,6 +30,11 @@
 // HEADED:       scf.for %{{.*}} = %c0 to %[[ONE:c1_[0-9]+]] step %c1 {
 // HEADED:       scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step %c64
 // HEADED:         scf.for %[[JB:.*]] = %{{.*}} to %{{.*}} step %c16
+// HEADED:           scf.for %{{.*}} = %[[JB]] to %{{.*}} step %c1
+// HEADED:             scf.for %[[HR:.*]] = %{{.*}} to %[[H]] step
+// HEADED:               memref.subview %arg1[%[[HR]], 0, 0]
+// HEADED:               memref.load
+// HEADED:               llvm.inline_asm has_side_effects "", "r" %{{.*}} : (i32) -> ()
 // HEADED:           scf.for %[[HH:.*]] = %{{.*}} to %[[H]] step
 // HEADED:             memref.subview %arg1[%[[HH]], 0, 0]
 // HEADED:             scf.for %{{.*}} = %[[JB]] to %{{.*}} step %c8
