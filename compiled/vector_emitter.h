@@ -316,8 +316,9 @@ private:
   Value acc_, mrow_, lrow_, alpha_, scores_, qpack_;
   bool accTransposed_ = false;
   bool prefetchV_ = false; // decode kernel: pvRows prefetches V rows ahead
-  // Headed f32 decode kernel: each block's K and V rows are read once in
-  // address order before its compute (readAhead), nothing is prefetched.
+  // Headed decode kernel, f32 or bf16 K/V: each block's K and V rows are
+  // read once in address order before its compute (readAhead), nothing is
+  // prefetched.
   bool readAhead_ = false;
   const bool bf16DotAllowed_;
   // QKᵀ on vdpbf16ps: Q and K bf16 and allowed. qpack_ then holds bf16 Q in
