@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "bench/compare.h"
 #include "bench/decode_bandwidth.h"
 #include "bench/prefill_paired.h"
 #include "runtime/stats.h"
@@ -293,6 +294,7 @@ namespace {
 struct OneRun {
   double ns = NAN, limit = NAN;
   std::string error;
+  RunInfo info;  // the run's context (MethodMismatch)
 };
 
 OneRun RunOne(const std::string& bin, const std::string& name,
@@ -331,6 +333,7 @@ OneRun RunOne(const std::string& bin, const std::string& name,
   }
   r.ns = MedianOf(*t);
   r.limit = LimitOf(it->second);
+  r.info = run->info;
   return r;
 }
 
@@ -369,6 +372,14 @@ StatusOr<std::vector<AbRow>> RunAb(const AbOptions& o,
       const OneRun& n = base_first ? second : first;
       for (const OneRun* x : {&b, &n}) {
         if (!x->error.empty() && row.error.empty()) row.error = x->error;
+      }
+      // The two binaries measure this benchmark differently (a BASE from
+      // before a method change): their times are not comparable.
+      if (row.error.empty() && b.error.empty() && n.error.empty()) {
+        if (std::string why = MethodMismatch(row.name, b.info, n.info);
+            !why.empty()) {
+          row.error = "not compared: " + why;
+        }
       }
       row.rounds.push_back(AbRound{b.ns, n.ns, b.limit, n.limit});
     }

@@ -114,7 +114,9 @@ struct AbOptions {
 // The whole A/B: the benchmarks of NEW matching the filter that BASE has
 // too (missing ones in *only_new), every round of every row. Progress goes
 // to stderr. A binary that cannot list its benchmarks is an error; a run
-// that fails marks its row failed and the A/B goes on.
+// that fails marks its row failed and the A/B goes on, and so does a row the
+// two binaries measure by different methods (MethodMismatch, compare.h: a
+// BASE from before a change of method under the same names).
 StatusOr<std::vector<AbRow>> RunAb(const AbOptions& o,
                                    std::vector<std::string>* only_new);
 

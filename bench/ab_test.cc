@@ -1,8 +1,13 @@
 #include "bench/ab.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <regex>
+#include <string>
 
 namespace attnkit::bench {
 namespace {
@@ -127,6 +132,67 @@ TEST(AbTest, RunCaptureReportsExitStatusAndSignals) {
   ASSERT_FALSE(sig.ok());
   EXPECT_NE(sig.status().message().find("signal 11"), std::string::npos);
   EXPECT_FALSE(RunCapture({"/nonexistent/bench"}).ok());
+}
+
+// A fake attnkit_bench (a shell script in `dir`): lists two benchmarks and
+// reports both, 1 ms each, with `context` as its run context.
+std::string FakeBench(const std::string& dir, const std::string& name,
+                      const std::string& context) {
+  const std::string path = dir + "/" + name;
+  std::ofstream f(path);
+  f << "#!/bin/sh\n"
+       "case \"$1\" in --benchmark_list_tests=true)\n"
+       "  echo decode_paired/x/iterations:1/manual_time\n"
+       "  echo decode/x/real_time; exit 0;;\n"
+       "esac\n"
+       "cat <<'EOF'\n"
+       "{\"context\": "
+    << context
+    << ", \"benchmarks\": [\n"
+       "{\"name\": \"decode_paired/x/iterations:1/manual_time\", "
+       "\"run_type\": \"iteration\", \"real_time\": 1, \"time_unit\": "
+       "\"ms\"},\n"
+       "{\"name\": \"decode/x/real_time\", \"run_type\": \"iteration\", "
+       "\"real_time\": 1, \"time_unit\": \"ms\"}]}\n"
+       "EOF\n";
+  f.close();
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+// A BASE from before decode_paired/'s method change (no
+// decode_paired_method in its context) against a NEW after it: the paired
+// row was timed both ways, so its ratio means nothing -- the row fails with
+// the reason (it used to pass as "same" or slower without a word). Rows of
+// other families, and the paired row between runs of one method, compare.
+TEST(AbTest, RowsMeasuredByAnotherMethodFailWithTheReason) {
+  char tmpl[] = "/tmp/attnkit_ab_test_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  AbOptions o;
+  o.base_bin = FakeBench(dir, "old", "{}");
+  o.new_bin =
+      FakeBench(dir, "new", R"({"decode_paired_method": "one_cold_call"})");
+  o.rounds = 1;
+  auto rows = RunAb(o, nullptr);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  const AbRow& paired = (*rows)[0];
+  EXPECT_EQ(paired.name, "decode_paired/x/iterations:1/manual_time");
+  EXPECT_EQ(paired.error,
+            "not compared: measured differently (decode_paired_method: base "
+            "calls_for_the_read_pass, new one_cold_call)");
+  EXPECT_EQ((*rows)[1].error, "");
+  EXPECT_EQ(AbExitStatus(*rows, 0.05), 1);
+  EXPECT_NE(FormatAbTable(*rows, 0.05, "old", "new").find("not compared"),
+            std::string::npos);
+
+  o.base_bin = o.new_bin;
+  rows = RunAb(o, nullptr);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  for (const AbRow& r : *rows) EXPECT_EQ(r.error, "") << r.name;
+  EXPECT_EQ(AbExitStatus(*rows, 0.05), 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

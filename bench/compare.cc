@@ -86,7 +86,8 @@ constexpr MethodChange kMethodChanges[] = {
     {"decode_paired", kDecodePairedMethodKey, "calls_for_the_read_pass"},
 };
 
-// Why `name` is not comparable between the runs, or "".
+}  // namespace
+
 std::string MethodMismatch(const std::string& name, const RunInfo& base,
                            const RunInfo& next) {
   for (const MethodChange& c : kMethodChanges) {
@@ -100,8 +101,6 @@ std::string MethodMismatch(const std::string& name, const RunInfo& base,
   }
   return "";
 }
-
-}  // namespace
 
 CompareReport CompareRuns(const RunData& base, const RunData& next,
                           const CompareOptions& options) {

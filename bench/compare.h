@@ -93,6 +93,14 @@ struct CompareReport {
 CompareReport CompareRuns(const RunData& base, const RunData& next,
                           const CompareOptions& options = {});
 
+// Why benchmark `name` is not comparable between two runs, or "": its family
+// changed how it measures under the same names and the runs' contexts record
+// different methods (an older run, without the key, used the method from
+// before the change). `bench compare` lists such a row with the base's
+// missing benchmarks; `bench ab` fails it with the reason.
+std::string MethodMismatch(const std::string& name, const RunInfo& base,
+                           const RunInfo& next);
+
 // The table people read: benchmark, metric, old, new, ratio, p, verdict, plus
 // a header naming both runs, a closing summary line, the missing benchmarks
 // and the gate's result. Strings from the runs are TerminalSafe.
