@@ -368,13 +368,6 @@ struct DecodeKernel {
     (void)it, (void)t, (void)kvh, (void)s0, (void)jb;
   }
 
-  // S = Q K^T over the tile, W keys at a time, per kv head of the job
-  // (several only for BSHD decode: their rows at one key are adjacent in
-  // memory, see simd_backend.cc): QkKeyBlock on AVX-512, QkRows (row
-  // groups of QkGroup over the rows KeyRows points at) on narrower ISAs.
-  // With several kv heads the heads are the inner loop: at each block of W
-  // keys the item reads its heads' rows of those keys, adjacent in memory,
-  // before the next block (simd/README.md, "BSHD decode items").
   // Reads each line of the item's kv heads' rows of the keys [j, j + n) of
   // `v` once, key by key and head by head: in address order for BSHD, where
   // a key's heads are adjacent. The block's compute then reads them, head by
@@ -396,6 +389,13 @@ struct DecodeKernel {
       }
   }
 
+  // S = Q K^T over the tile, W keys at a time, per kv head of the job
+  // (several only for BSHD decode: their rows at one key are adjacent in
+  // memory, see simd_backend.cc): QkKeyBlock on AVX-512, QkRows (row
+  // groups of QkGroup over the rows KeyRows points at) on narrower ISAs.
+  // With several kv heads the heads are the inner loop: at each block of W
+  // keys the item reads its heads' rows of those keys, adjacent in memory,
+  // before the next block (simd/README.md, "BSHD decode items").
   ATTNKIT_SIMD_STEP static void QkTile(const Item& it, const Tile& t) {
     for (int64_t jb = 0; jb < t.ntp; jb += W) {
       if (it.read_ahead)
