@@ -202,11 +202,10 @@ void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb,
 /// head: in address order for a BSHD cache, whose heads of one key are
 /// adjacent. The loads feed an empty inline asm with side effects, so they
 /// stay; the block's compute then reads the rows, head by head, from the
-/// caches. The compute's own order
-/// (each head's 16 rows, a position row apart, then the next head's)
-/// streamed from DRAM at about two thirds of an address-order pass,
-/// prefetched or not (simd/README.md, "BSHD decode items": the simd
-/// kernel's ReadAhead, the same reads).
+/// caches. The compute's own order (each head's 16 rows, a position row
+/// apart, then the next head's) streamed from DRAM at about two thirds of
+/// an address-order pass, prefetched or not (simd/README.md, "BSHD decode
+/// items": the simd kernel's ReadAhead, the same reads).
 void Emitter::readAhead(bool keys, Value j0, Value from, Value to) {
   loop(from, to, cI(1), [&](Value j) {
     forEachHead([&] {
