@@ -8,6 +8,7 @@
 #define ATTNKIT_COMPILED_VECTOR_EMITTER_H_
 
 #include "compiled/vectorize_match.h"
+#include "runtime/split_kv.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -31,16 +32,6 @@
 namespace attnkit::compiled::vectorize {
 
 using namespace mlir;
-
-/// How far ahead the decode kernel prefetches K and V rows, in bytes of
-/// each stream (prefetchAheadKeys): the simd kernel's distance
-/// (simd/kernel.h, kPrefetchBytes). It was 64 keys of any row (32 KiB of
-/// f32, 16 KiB of bf16 at d 128). `bench ab` of decode_paired kv 16k Hq 32
-/// / Hkv 8, 6 rounds, time 8 KiB / 64 keys: BHSD bf16 0.92x (faster in 6
-/// of 6), f32 0.96x; transposed V and BSHD (readAhead: no prefetch)
-/// 0.99-1.03x. 2-core AMD EPYC Zen 5, GCC 12.2, MLIR/LLVM 22, 2026-11-28.
-/// (On the Intel Xeon host 32 keys against 64 had measured 0.99-1.01x.)
-constexpr int64_t kPrefetchBytes = 8192;
 
 /// Emits the vector code of one query-tile loop.
 class Emitter {
@@ -124,19 +115,15 @@ private:
   void storeS(Value val, Value mem, ValueRange idx) {
     memref::StoreOp::create(b_, loc_, val, mem, idx);
   }
-  /// Keys ahead for kPrefetchBytes of rows of d elements, perLine to a
-  /// 64-byte line; at least 4 (rows of 2 KiB or more).
-  int64_t prefetchAheadKeys(int64_t perLine) const {
-    const int64_t rowBytes = (f_.d + perLine - 1) / perLine * 64;
-    return std::max<int64_t>(4, kPrefetchBytes / rowBytes);
-  }
   /// Software prefetch (into L2) of every cache line of row `row` + the
-  /// prefetch distance of a row-major [n][D] memref, clamped to row n - 1.
+  /// prefetch distance (PrefetchKeys, runtime/split_kv.h: the simd kernel's)
+  /// of a row-major [n][D] memref, clamped to row n - 1.
   void prefetchRow(Value mem, Value row) {
     Value n = memref::DimOp::create(b_, loc_, mem, 0);
     // Elements per 64-byte line: 16 f32, 32 bf16, 64 i8.
     const int64_t perLine = 512 / elemOf(mem).getIntOrFloatBitWidth();
-    Value ahead = minI(add(row, cI(prefetchAheadKeys(perLine))), sub(n, cI(1)));
+    const int64_t rowBytes = f_.d * elemOf(mem).getIntOrFloatBitWidth() / 8;
+    Value ahead = minI(add(row, cI(PrefetchKeys(rowBytes))), sub(n, cI(1)));
     for (int64_t o = 0; o < f_.d; o += perLine)
       memref::PrefetchOp::create(b_, loc_, mem, ValueRange{ahead, cI(o)},
                                  /*isWrite=*/false, /*localityHint=*/2,

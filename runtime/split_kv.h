@@ -43,6 +43,23 @@ constexpr int64_t TransposedVDecodeTileKeys(DType kv) {
   return keys < 128 ? 128 : keys > 256 ? 256 : keys;
 }
 
+// How far ahead a decode kernel (simd and compiled) prefetches the K rows
+// it will dot next and the V rows it will accumulate next, in bytes of each
+// stream: one row at a time, in address order, into L2 (prefetcht1; the L1
+// prefetcher takes them on from there). The hardware prefetchers alone
+// stream these rows at about half the rate one core consumes them; a much
+// longer distance crowded L1 when the rows went there (simd/README.md,
+// "Prefetch distance" and "Prefetch target"). The compiled kernel took 64
+// keys of any row before (32 KiB of f32 at d 128): `bench ab` of
+// decode_paired kv 16k Hq 32 / Hkv 8, 6 rounds, 8 KiB / 64 keys: BHSD bf16
+// 0.92x the time (faster in 6 of 6), f32 0.96x, other layouts 0.99-1.03x
+// (2-core AMD EPYC Zen 5, GCC 12.2, MLIR/LLVM 22, 2026-11-28).
+inline constexpr int64_t kPrefetchBytes = 8192;
+// Keys ahead for rows of row_bytes: kPrefetchBytes of them, at least 4.
+constexpr int64_t PrefetchKeys(int64_t row_bytes) {
+  return row_bytes >= kPrefetchBytes / 4 ? 4 : kPrefetchBytes / row_bytes;
+}
+
 struct KvSplitPlan {
   // Partial slots per work item; 1 = no split-KV.
   int64_t splits = 1;

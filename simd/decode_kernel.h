@@ -5,8 +5,8 @@
 //
 // The K and V streams come from DRAM at long contexts, so this path walks
 // them in address order and prefetches them in software (AheadRows in
-// decode_microkernels.h, kPrefetchBytes in kernel.h); simd/README.md has the
-// measurements behind each choice.
+// decode_microkernels.h, kPrefetchBytes in runtime/split_kv.h); simd/README.md
+// has the measurements behind each choice.
 //
 // Include ONLY from flash_impl.h or tile_steps.h (see simd/isa.h: everything
 // here lives in the per-ISA namespace ATTNKIT_SIMD_NS).

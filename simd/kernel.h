@@ -46,17 +46,6 @@ static_assert(DecodeTileKeys(KvLayout::kTransposedV, DType::kI8) <=
                   kDecodeTileKeys &&
               DecodeTileKeys(KvLayout::kTransposedV, DType::kF32) == 128 &&
               DecodeTileKeys(KvLayout::kBHSD, DType::kI8) == 128);
-// How far ahead the decode path prefetches the K rows it will dot next and
-// the V rows it will accumulate next, in bytes of each stream: one row at a
-// time, in address order, into L2 (prefetcht1; the L1 prefetcher takes them
-// on from there). The hardware prefetchers alone stream these rows at about
-// half the rate one core consumes them; a much longer distance crowded L1
-// when the rows went there (simd/README.md, "Prefetch distance" and
-// "Prefetch target").
-inline constexpr int64_t kPrefetchBytes = 8192;
-constexpr int64_t PrefetchKeys(int64_t row_bytes) {
-  return row_bytes >= kPrefetchBytes / 4 ? 4 : kPrefetchBytes / row_bytes;
-}
 // Lazy rescale threshold in log2 units (see flash_impl.h).
 inline constexpr float kLazyRescaleLog2 = 8.0f;
 
