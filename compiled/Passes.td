@@ -192,7 +192,12 @@ def VectorizeFlash : Pass<"attnkit-vectorize-flash", "mlir::func::FuncOp"> {
            "QK^T of a bf16 Q and K on AVX512_BF16's vdpbf16ps "
            "(x86vector.avx512.dot: two bf16 products per f32 lane, half the "
            "instructions of widened f32 FMAs); the code then needs a CPU "
-           "with AVX512_BF16 (KernelSpec::bf16Dot says whether it has one)">
+           "with AVX512_BF16 (KernelSpec::bf16Dot says whether it has one)">,
+    Option<"readAhead", "read-ahead", "bool", /*default=*/"false",
+           "a decode kernel of one KV head reads each KV tile's K and V "
+           "rows once, in address order, before its compute, instead of "
+           "prefetching them (KernelSpec::readAhead; f32 and bf16 K/V; "
+           "headed kernels read ahead regardless)">
   ];
 }
 

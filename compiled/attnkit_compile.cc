@@ -127,6 +127,14 @@ static cl::opt<cl::boolOrDefault> avx512Exp2Opt(
     "avx512-exp2",
     cl::desc("exp2 of 16-lane vectors on AVX-512's vscalefps (default: "
              "whether this host has AVX-512F and DQ)"));
+// A decode kernel of one KV head that reads each KV tile ahead
+// (KernelSpec::readAhead; the backend's f32 decode of K/V larger than the
+// last-level cache).
+static cl::opt<bool>
+    readAheadOpt("read-ahead",
+                 cl::desc("a decode kernel of one KV head reads each KV tile's "
+                          "rows ahead instead of prefetching them"),
+                 cl::init(false));
 // A band of KV heads per call (KernelSpec::headed; the backend's BSHD decode).
 static cl::opt<bool>
     headedOpt("headed",
@@ -249,6 +257,7 @@ static int run(int argc, char **argv) {
   }
   spec.bf16Dot = bf16DotOpt;
   spec.headed = headedOpt;
+  spec.readAhead = readAheadOpt;
   spec.kvTile = kvTile.getNumOccurrences()
                     ? kvTile
                     : kvTileFor(spec.queryTile, *layout, spec.kvDType());
@@ -262,6 +271,9 @@ static int run(int argc, char **argv) {
     if (headedOpt)
       return fail("--headed: the attention kernel's; the block (--hidden=" +
                   std::to_string(hiddenOpt) + ") splits its heads itself");
+    if (readAheadOpt)
+      return fail("--read-ahead: the attention kernel's; the block (--hidden=" +
+                  std::to_string(hiddenOpt) + ") prefetches its K/V");
     AttentionBlockProblem bp;
     bp.attention = problem;
     bp.hidden = hiddenOpt;
@@ -296,6 +308,7 @@ static int run(int argc, char **argv) {
   options.flash.queryTile = spec.queryTile;
   options.flash.kvTile = block ? kvTile : spec.kvTile;
   options.vectorize.bf16Dot = spec.bf16Dot;
+  options.vectorize.readAhead = spec.readAhead;
   options.math.avx512 = avx512Exp2Opt == cl::BOU_UNSET
                             ? hostHasAvx512Dq()
                             : avx512Exp2Opt == cl::BOU_TRUE;

@@ -27,7 +27,8 @@ int64_t headedBand(const AttentionProblem &p) {
   return std::clamp<int64_t>(kHeadedStateBytes / perHead, 1, p.kv_heads);
 }
 
-KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
+KernelSpec specFor(const AttentionProblem &p, bool bf16Dot,
+                   int64_t cacheBytes) {
   KernelSpec s;
   s.headDim = p.head_dim;
   s.elem = p.dtype;
@@ -49,6 +50,13 @@ KernelSpec specFor(const AttentionProblem &p, bool bf16Dot) {
   s.headed =
       s.queryTile == 1 && p.layout == KvLayout::kBSHD && headedBand(p) > 1;
   s.kvTile = kvTileFor(s.queryTile, p.layout, s.kvDType());
+  // A decode of one kv head per call over f32 K/V that outgrow the
+  // last-level cache reads each tile ahead (DecodeKvStreamsFromDram, where
+  // the measurements are; bf16 gained too little from DRAM for what it cost
+  // from the caches).
+  s.readAhead = s.queryTile == 1 && !s.headed && !s.vTransposed &&
+                s.kvDType() == DType::kF32 &&
+                DecodeKvStreamsFromDram(p, cacheBytes);
   return s;
 }
 
@@ -421,7 +429,8 @@ void CompiledBackend::mergeSplits(const Call &c, int threads) {
 Status CompiledBackend::Attention(const AttentionProblem &p,
                                   const AttentionArgs &args) {
   ATTNKIT_RETURN_IF_ERROR(ValidateArgs(p, args));
-  const KernelSpec spec = specFor(p, options_.bf16Dot);
+  const KernelSpec spec =
+      specFor(p, options_.bf16Dot, options_.readAheadAboveBytes);
   // KV heads per work item: a band of them for the headed kernel.
   const int64_t heads = spec.headed ? headedBand(p) : 1;
   StatusOr<const CompiledKernel *> kernel = kernelFor(spec);

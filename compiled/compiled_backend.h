@@ -11,10 +11,14 @@
 
 namespace attnkit::compiled {
 
-/// The specialization a problem needs (lengths never enter it). A bf16
-/// problem's QKᵀ runs on vdpbf16ps when `bf16Dot` allows it and this CPU has
-/// AVX512_BF16; by default where that instruction also outruns f32 FMAs.
-KernelSpec specFor(const AttentionProblem &p, bool bf16Dot = CpuBf16DotPays());
+/// The specialization a problem needs (lengths never enter it, but for
+/// readAhead). A bf16 problem's QKᵀ runs on vdpbf16ps when `bf16Dot` allows
+/// it and this CPU has AVX512_BF16; by default where that instruction also
+/// outruns f32 FMAs. An f32 decode of one kv head per call reads ahead
+/// (KernelSpec::readAhead) when its K/V exceed `cacheBytes`
+/// (DecodeKvStreamsFromDram; the last-level cache by default).
+KernelSpec specFor(const AttentionProblem &p, bool bf16Dot = CpuBf16DotPays(),
+                   int64_t cacheBytes = LastLevelCacheBytes());
 /// KV heads per call of a headed decode kernel (KernelSpec::headed): all of
 /// them unless their per-head state would take more than 256 KiB of stack;
 /// specFor picks the headed kernel only for bands of 2 or more.
@@ -29,6 +33,10 @@ struct CompiledBackendOptions {
   /// (CpuBf16DotPays: not on the Xeon of runtime/cpu_features.h, where the
   /// widened QKᵀ is the faster one); tests set it to run either path.
   bool bf16Dot = CpuBf16DotPays();
+  /// specFor's cacheBytes: f32 decodes of one kv head per call whose K/V
+  /// exceed it read each KV tile ahead (KernelSpec::readAhead). Tests set 1
+  /// to run that kernel on small shapes.
+  int64_t readAheadAboveBytes = LastLevelCacheBytes();
 };
 
 std::unique_ptr<Backend> MakeCompiledBackend(CompiledBackendOptions options);

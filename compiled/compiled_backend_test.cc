@@ -9,6 +9,7 @@
 #include "runtime/enum_table_testing.h"
 #include "runtime/kv_cache.h"
 #include "runtime/random.h"
+#include "runtime/split_kv.h"
 
 #include <gtest/gtest.h>
 
@@ -654,6 +655,79 @@ TEST(CompiledBackendTest, HeadedBshdDecodeAgainstOracle) {
         EXPECT_FALSE(specFor(p).headed) << p.ToString();
       }
   EXPECT_EQ(cases, 16);
+}
+
+// The read-ahead decode kernel (KernelSpec::readAhead: each KV tile's K and
+// V rows read once before its compute, nothing prefetched), forced onto
+// small shapes (readAheadAboveBytes 1): kv heads 1 and 4, GQA groups 1 and
+// 4, every mask, head_dim 40 (tails) and 128, ragged q_len 1..3 with an
+// empty sequence and a partial last tile, one sequence long enough for the
+// threads to split its keys.
+TEST(CompiledBackendTest, ReadAheadDecodeAgainstOracle) {
+  Rng shapes(43);
+  int cases = 0;
+  for (MaskKind mask :
+       {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow, MaskKind::kBias})
+    for (int64_t kvHeads : {1, 4})
+      for (int64_t group : {1, 4}) {
+        AttentionProblem p;
+        p.batch = 3;
+        p.kv_heads = kvHeads;
+        p.q_heads = kvHeads * group;
+        p.head_dim = cases % 3 == 0 ? 40 : 128;
+        p.mask = mask;
+        if (mask == MaskKind::kWindow)
+          p.window = shapes.Range(1, 700);
+        p.kv_lens = {shapes.Range(1100, 3000), shapes.Range(1, 150), 0};
+        p.q_lens = {shapes.Range(1, 3), 1, 0};
+        const KernelSpec spec = specFor(p, false, /*cacheBytes=*/1);
+        ASSERT_TRUE(spec.readAhead) << p.ToString();
+        ASSERT_EQ(spec.queryTile, 1);
+        SCOPED_TRACE(p.ToString());
+        CompiledBackendOptions options;
+        options.readAheadAboveBytes = 1;
+        ExpectMatchesOracle(*MakeCompiledBackend(options), p, 700 + cases);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 16);
+}
+
+// Who reads ahead: an f32 decode of one kv head per call (BHSD) whose K and V
+// exceed the cache, and nothing else -- not a call that fits, not bf16 or
+// int8 K/V, not a transposed V, not a headed BSHD kernel (which reads ahead
+// on its own terms), not a prefill, not an unknown cache size (0). The
+// choice is part of the key.
+TEST(KernelSpecTest, ReadAheadOnlyForF32DecodesLargerThanTheCache) {
+  AttentionProblem p;
+  p.q_heads = 32;
+  p.kv_heads = 8;
+  p.head_dim = 128;
+  p.q_lens = {1, 1};
+  p.kv_lens = {4096, 1000};
+  const int64_t bytes = 2 * (4096 + 1000) * 8 * 128 * 4;
+  ASSERT_EQ(KvBytes(p), bytes);
+  EXPECT_FALSE(specFor(p, false, bytes).readAhead);
+  EXPECT_FALSE(specFor(p, false, 0).readAhead);
+  const KernelSpec ra = specFor(p, false, bytes - 1);
+  EXPECT_TRUE(ra.readAhead);
+  EXPECT_EQ(ra.key(), "d128_f32_none_v_g4_q1_ra");
+  EXPECT_EQ(specFor(p, false, bytes).key(), "d128_f32_none_v_g4_q1");
+  AttentionProblem other = p;
+  other.dtype = DType::kBF16;
+  EXPECT_FALSE(specFor(other, false, 1).readAhead);
+  other = p;
+  other.kv_dtype = DType::kI8;
+  EXPECT_FALSE(specFor(other, false, 1).readAhead);
+  other = p;
+  other.layout = KvLayout::kTransposedV;
+  EXPECT_FALSE(specFor(other, false, 1).readAhead);
+  other = p;
+  other.layout = KvLayout::kBSHD;
+  ASSERT_TRUE(specFor(other, false, 1).headed);
+  EXPECT_FALSE(specFor(other, false, 1).readAhead);
+  other = p;
+  other.q_lens = {20, 1};
+  EXPECT_FALSE(specFor(other, false, 1).readAhead);
 }
 
 // The headed kernel keeps every head's state on the stack, so a band holds

@@ -283,6 +283,7 @@ CompiledKernel::compile(const KernelSpec &spec, const CompileOptions &options,
   pipeline.flash.queryTile = spec.queryTile;
   pipeline.flash.kvTile = spec.kvTile;
   pipeline.vectorize.bf16Dot = spec.bf16Dot;
+  pipeline.vectorize.readAhead = spec.readAhead;
   // Code for this host (hostMachine()): its exp2 on vscalefps if it can.
   pipeline.math.avx512 = hostHasAvx512Dq();
   phases.buildMillis = since();

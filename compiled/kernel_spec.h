@@ -121,6 +121,12 @@ struct KernelSpec {
   /// BSHD cache's position rows are read whole, not a head's slice of every
   /// row over the whole sequence (vectorize_flash_pass.cc).
   bool headed = false;
+  /// A decode kernel of one KV head reads each KV tile's K and V rows once,
+  /// in address order, before its compute instead of prefetching them
+  /// (specFor: f32 K/V of a call larger than the last-level cache,
+  /// DecodeKvStreamsFromDram in runtime/split_kv.h). Headed kernels read
+  /// ahead whatever this says (vectorize_decode.cc).
+  bool readAhead = false;
   /// Keys per tile of the online-softmax loop (kvTileFor).
   int64_t kvTile = kKvTile;
 
@@ -146,6 +152,8 @@ struct KernelSpec {
       k += "_bf16dot";
     if (headed)
       k += "_heads";
+    if (readAhead)
+      k += "_ra";
     if (kvTile != kKvTile) {
       k += "_k";
       k += std::to_string(kvTile);

@@ -37,9 +37,11 @@ using namespace mlir;
 class Emitter {
 public:
   /// bf16Dot: QKᵀ of a bf16 Q and K may use x86vector.avx512.dot.
-  Emitter(FlashLoop f, OpBuilder &b, bool bf16Dot)
+  /// readAhead: a decode kernel of one head reads each KV tile ahead
+  /// (KernelSpec::readAhead).
+  Emitter(FlashLoop f, OpBuilder &b, bool bf16Dot, bool readAhead = false)
       : f_(f), b_(b), loc_(f.outer.getLoc()), f32_(b.getF32Type()),
-        bf16DotAllowed_(bf16Dot) {}
+        bf16DotAllowed_(bf16Dot), readAheadAsked_(readAhead) {}
 
   void emit();
 
@@ -320,6 +322,7 @@ private:
   // prefetched.
   bool readAhead_ = false;
   const bool bf16DotAllowed_;
+  const bool readAheadAsked_;
   // QKᵀ on vdpbf16ps: Q and K bf16 and allowed. qpack_ then holds bf16 Q in
   // pairs of dims (see emitPrefill / emitDecode).
   bool dot_ = false;

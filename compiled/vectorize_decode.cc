@@ -205,7 +205,11 @@ void Emitter::qkDecodeBlock(Value j0, Value bk, int64_t r0, int64_t rb,
 /// caches. The compute's own order (each head's 16 rows, a position row
 /// apart, then the next head's) streamed from DRAM at about two thirds of
 /// an address-order pass, prefetched or not (simd/README.md, "BSHD decode
-/// items": the simd kernel's ReadAhead, the same reads).
+/// items": the simd kernel's ReadAhead, the same reads). A kernel of one
+/// head (KernelSpec::readAhead) reads a whole tile's rows so: one run of
+/// 64 rows, already in address order, that streams from DRAM faster than
+/// the prefetch kept up with the compute (DecodeKvStreamsFromDram in
+/// runtime/split_kv.h).
 void Emitter::readAhead(bool keys, Value j0, Value from, Value to) {
   loop(from, to, cI(1), [&](Value j) {
     forEachHead([&] {
@@ -341,9 +345,11 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
   // decode_paired Hkv 8 0.78x the time, decode kv 16k Hkv 32 0.75x, kv 4k
   // Hkv 8 (16 MiB, L3-resident when called back to back) 1.12x. (The simd
   // kernel's bf16 did not gain from it: 1.0-1.2x; it reads ahead for f32
-  // only.)
-  readAhead_ = f_.heads && !f_.vTransposed && !elemOf(f_.k).isInteger() &&
-               !elemOf(f_.v).isInteger();
+  // only.) A kernel of one head reads ahead when asked (KernelSpec::
+  // readAhead: the backend asks for f32 K/V larger than the last-level
+  // cache), each tile's K and V rows before its QK^T.
+  readAhead_ = (f_.heads || readAheadAsked_) && !f_.vTransposed &&
+               !elemOf(f_.k).isInteger() && !elemOf(f_.v).isInteger();
   loop(lo, hi, cI(bkMax), [&](Value j0) {
     Value bk = minI(cI(bkMax), sub(hi, j0));
     // A headed kernel: K and V go 16 keys at a time with the heads inside,
@@ -358,6 +364,12 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
         forEachHead([&] { qk(j0, bk, jb, je); });
       });
     } else {
+      // One head: the tile's K rows, then its V rows, then QK^T over the
+      // whole tile.
+      if (readAhead_) {
+        readAhead(/*keys=*/true, j0, cI(0), bk);
+        readAhead(/*keys=*/false, j0, cI(0), bk);
+      }
       qk(j0, bk, cI(0), bk);
     }
     forEachHead([&] { softmax(j0, bk); });
@@ -376,7 +388,7 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
       forEachHead([&] { rescaleAcc(); });
       loop(cI(0), bk, cI(kLanes), [&](Value jb) {
         Value n = minI(cI(kLanes), sub(bk, jb));
-        if (readAhead_)
+        if (readAhead_ && f_.heads)
           readAhead(/*keys=*/false, j0, jb, add(jb, n));
         forEachHead([&] { pv(j0, jb, n, /*rescale=*/false); });
       });

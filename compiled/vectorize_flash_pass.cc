@@ -202,7 +202,7 @@ public:
     });
     for (FlashLoop &f : loops) {
       OpBuilder b(f.outer);
-      Emitter(f, b, bf16Dot).emit();
+      Emitter(f, b, bf16Dot, readAhead).emit();
       for (Operation *mat : f.materializations)
         mat->erase();
       f.outer->erase();

@@ -2,10 +2,14 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include <unistd.h>
 #include <x86intrin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 namespace attnkit {
 
@@ -67,5 +71,70 @@ double CpuBf16DotMacRatio() {
 }
 
 bool CpuBf16DotPays() { return CpuBf16DotMacRatio() > 1.25; }
+
+namespace internal {
+
+int64_t ParseCacheSize(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+    text.remove_suffix(1);
+  int64_t n = 0;
+  size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (n > (INT64_MAX >> 30) / 10) return 0;
+    n = n * 10 + (text[i] - '0');
+  }
+  if (i == 0 || n <= 0) return 0;
+  const std::string_view unit = text.substr(i);
+  if (unit.empty()) return n;
+  if (unit == "K") return n << 10;
+  if (unit == "M") return n << 20;
+  if (unit == "G") return n << 30;
+  return 0;
+}
+
+}  // namespace internal
+
+namespace {
+
+// The first line of a small sysfs file, "" when it cannot be read.
+std::string ReadLine(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  if (f) std::getline(f, line);
+  return line;
+}
+
+// The highest-level data or unified cache of cpu0 in sysfs; 0 if none.
+int64_t SysfsLastLevelCacheBytes() {
+  int best_level = 0;
+  int64_t bytes = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir =
+        "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
+    const std::string type = ReadLine(dir + "/type");
+    if (type.empty()) break;
+    if (type != "Data" && type != "Unified") continue;
+    const int level = std::atoi(ReadLine(dir + "/level").c_str());
+    const int64_t size = internal::ParseCacheSize(ReadLine(dir + "/size"));
+    if (level > best_level && size > 0) {
+      best_level = level;
+      bytes = size;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int64_t LastLevelCacheBytes() {
+  static const int64_t bytes = [] {
+    if (const int64_t sysfs = SysfsLastLevelCacheBytes(); sysfs > 0)
+      return sysfs;
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return llc > 0 ? static_cast<int64_t>(llc) : int64_t{0};
+  }();
+  return bytes;
+}
 
 }  // namespace attnkit

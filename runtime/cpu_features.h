@@ -4,6 +4,9 @@
 #ifndef ATTNKIT_RUNTIME_CPU_FEATURES_H_
 #define ATTNKIT_RUNTIME_CPU_FEATURES_H_
 
+#include <cstdint>
+#include <string_view>
+
 namespace attnkit {
 
 /// AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16): CPUID.(EAX=7,ECX=1):EAX[5].
@@ -23,6 +26,23 @@ double CpuBf16DotMacRatio();
 /// far sit at 0.5 and 2.0, far from the threshold, so timing noise cannot
 /// flip the choice between runs.
 bool CpuBf16DotPays();
+
+/// Bytes of the last-level data cache of the CPU this process starts on:
+/// the highest-level data or unified cache in the kernel's
+/// /sys/devices/system/cpu/cpu0/cache, else the C library's L3 (or L2)
+/// figure; 0 when neither says. Read once per process. The kernel's figure
+/// comes first because glibc's can be the whole host's: 384 MiB on a
+/// 2-core Zen 5 guest whose kernel reports the 32 MiB it shares (GCC 12.2,
+/// glibc 2.36, 2026-11-28). Decides whether a decode call's K/V can still
+/// be cached from an earlier call (DecodeKvStreamsFromDram,
+/// runtime/split_kv.h).
+int64_t LastLevelCacheBytes();
+
+namespace internal {
+/// A sysfs cache `size` ("32768K", "1024K", "8M", "512"): bytes, or 0 when
+/// it is not a positive size.
+int64_t ParseCacheSize(std::string_view text);
+}  // namespace internal
 
 }  // namespace attnkit
 

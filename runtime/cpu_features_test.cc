@@ -1,6 +1,10 @@
 #include "runtime/cpu_features.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <fstream>
 
 namespace attnkit {
 namespace {
@@ -27,6 +31,38 @@ TEST(CpuFeaturesTest, Bf16DotProbeIsMeasuredOnceAndDecides) {
   EXPECT_LT(ratio, 16.0) << "more than 8 vdpbf16ps per FMA: a broken probe";
   EXPECT_EQ(CpuBf16DotMacRatio(), ratio);
   EXPECT_EQ(CpuBf16DotPays(), ratio > 1.25);
+}
+
+// The sysfs size strings the kernel writes, and what is not one.
+TEST(CpuFeaturesTest, ParsesSysfsCacheSizes) {
+  using internal::ParseCacheSize;
+  EXPECT_EQ(ParseCacheSize("32768K"), int64_t{32} << 20);
+  EXPECT_EQ(ParseCacheSize("1024K\n"), int64_t{1} << 20);
+  EXPECT_EQ(ParseCacheSize("8M"), int64_t{8} << 20);
+  EXPECT_EQ(ParseCacheSize("1G"), int64_t{1} << 30);
+  EXPECT_EQ(ParseCacheSize("512"), 512);
+  EXPECT_EQ(ParseCacheSize(""), 0);
+  EXPECT_EQ(ParseCacheSize("0K"), 0);
+  EXPECT_EQ(ParseCacheSize("K"), 0);
+  EXPECT_EQ(ParseCacheSize("12Q"), 0);
+  EXPECT_EQ(ParseCacheSize("-5K"), 0);
+  EXPECT_EQ(ParseCacheSize("99999999999999999999K"), 0);
+}
+
+// On a Linux machine with sysfs (CI and this one) the figure is the cache
+// the kernel lists at the highest level, read once; never negative.
+TEST(CpuFeaturesTest, LastLevelCacheIsTheHighestLevelTheKernelLists) {
+  const int64_t bytes = LastLevelCacheBytes();
+  EXPECT_EQ(LastLevelCacheBytes(), bytes);
+  EXPECT_GE(bytes, 0);
+  std::ifstream level("/sys/devices/system/cpu/cpu0/cache/index0/level");
+  if (!level) GTEST_SKIP() << "no sysfs cache information";
+  EXPECT_GE(bytes, int64_t{256} << 10) << "smaller than any L2 of an x86-64";
+  // Not below the L2 the C library reports, where it reports one.
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 > 0) {
+    EXPECT_GE(bytes, l2);
+  }
 }
 
 }  // namespace

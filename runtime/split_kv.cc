@@ -13,6 +13,16 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+int64_t KvBytes(const AttentionProblem& p) {
+  int64_t keys = 0;
+  for (int64_t n : p.kv_lens) keys += n;
+  return 2 * keys * p.kv_heads * p.head_dim * DTypeSize(p.KvDType());
+}
+
+bool DecodeKvStreamsFromDram(const AttentionProblem& p, int64_t llc_bytes) {
+  return llc_bytes > 0 && KvBytes(p) > llc_bytes;
+}
+
 KvSplitPlan PlanKvSplits(int64_t items, int threads, int64_t max_keys,
                          int64_t force_splits) {
   KvSplitPlan plan;

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/cpu_features.h"
 #include "runtime/dtype.h"
 #include "runtime/problem.h"
 
@@ -59,6 +60,25 @@ inline constexpr int64_t kPrefetchBytes = 8192;
 constexpr int64_t PrefetchKeys(int64_t row_bytes) {
   return row_bytes >= kPrefetchBytes / 4 ? 4 : kPrefetchBytes / row_bytes;
 }
+
+// Bytes of K and V a call reads at most: every sequence's kv_len rows of
+// every kv head, of K and of V (int8 scales not counted).
+int64_t KvBytes(const AttentionProblem& p);
+
+// Whether a decode call's K and V outgrow the last-level cache
+// (`llc_bytes`, LastLevelCacheBytes by default; 0 = unknown: false), so
+// that they stream from DRAM whatever ran before it. The compiled decode
+// kernel of one kv head (BHSD) over f32 K/V then reads each tile's K and V
+// rows once, one load per line in address order, before its compute,
+// instead of prefetching them (KernelSpec::readAhead, Emitter::readAhead).
+// From DRAM that streams faster: decode_paired kv 16k Hq 32 / Hkv 8 0.81-
+// 0.84x the time; but the read is not overlapped with the compute, so
+// from the caches it costs: 1.18-1.27x at kv 512-2048 called back to back
+// (`bench ab`, 6-8 rounds, 2-core AMD EPYC Zen 5 with a 32 MiB L3, GCC
+// 12.2, MLIR/LLVM 22, 2026-11-28; README.md, the compiled decode). The
+// simd kernel keeps its prefetch there (no consistent gain measured).
+bool DecodeKvStreamsFromDram(const AttentionProblem& p,
+                             int64_t llc_bytes = LastLevelCacheBytes());
 
 struct KvSplitPlan {
   // Partial slots per work item; 1 = no split-KV.

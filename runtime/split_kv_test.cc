@@ -35,6 +35,26 @@ std::vector<KeyRange> CheckCover(const KvSplitPlan& plan, KeyRange keys) {
   return ranges;
 }
 
+// K and V bytes of a call: every sequence's keys (ragged, one empty), every
+// kv head, the K/V element size; a call streams from DRAM only past the
+// cache it is given, and never when the cache size is unknown (0).
+TEST(DecodeKvBytesTest, SumsSequencesAndComparesWithTheCache) {
+  auto parsed = ParseProblem("b=3,hq=8,hkv=2,d=64,q=1:1:1,kv=100:0:28");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  AttentionProblem p = *parsed;
+  EXPECT_EQ(KvBytes(p), 2 * 128 * 2 * 64 * 4);
+  p.dtype = DType::kBF16;
+  EXPECT_EQ(KvBytes(p), 2 * 128 * 2 * 64 * 2);
+  p.kv_dtype = DType::kI8;
+  EXPECT_EQ(KvBytes(p), 2 * 128 * 2 * 64);
+  const int64_t bytes = KvBytes(p);
+  EXPECT_TRUE(DecodeKvStreamsFromDram(p, bytes - 1));
+  EXPECT_FALSE(DecodeKvStreamsFromDram(p, bytes));
+  EXPECT_FALSE(DecodeKvStreamsFromDram(p, 0));
+  EXPECT_EQ(DecodeKvStreamsFromDram(p),
+            DecodeKvStreamsFromDram(p, LastLevelCacheBytes()));
+}
+
 TEST(SplitKvPlanTest, SplitsOnlyWhenItemsAreFewerThanThreads) {
   EXPECT_EQ(PlanKvSplits(/*items=*/2, /*threads=*/2, 1 << 20).splits, 1);
   EXPECT_EQ(PlanKvSplits(8, 2, 1 << 20).splits, 1);

@@ -82,6 +82,40 @@
 // DECODE-NOT:   linalg.generic
 // DECODE-NOT:   attnkit.flash
 //
+// A decode kernel of one head asked to read ahead (read-ahead=true,
+// KernelSpec::readAhead: f32 K/V larger than the last-level cache): each KV
+// tile's K rows, then its V rows, read once (an element per 64-byte line
+// into an empty asm with side effects) before the tile's QK^T, and nothing
+// prefetched. Without the option the same kernel prefetches and reads
+// nothing ahead.
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 1 --q-len 1 --kv-len 100 \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash="read-ahead=true" \
+// RUN:   | FileCheck %s --check-prefix=READAHEAD
+// READAHEAD-LABEL: func.func @attention
+// READAHEAD-NOT:   memref.prefetch
+// READAHEAD:       scf.for %[[J0:.*]] = %{{.*}} to %{{.*}} step %c64
+// READAHEAD:         scf.for %{{.*}} = %{{.*}} to %[[BK:.*]] step %c1
+// READAHEAD:           memref.load %arg1[%{{.*}}, %c0
+// READAHEAD:           llvm.inline_asm has_side_effects "", "r" %{{.*}} : (i32) -> ()
+// READAHEAD:           memref.load %arg1[%{{.*}}, %c16
+// READAHEAD:         scf.for %{{.*}} = %{{.*}} to %[[BK]] step %c1
+// READAHEAD:           memref.load %arg2[%{{.*}}, %c0
+// READAHEAD:           llvm.inline_asm has_side_effects "", "r" %{{.*}} : (i32) -> ()
+// READAHEAD:           memref.load %arg2[%{{.*}}, %c16
+// READAHEAD:         scf.for %{{.*}} = %{{.*}} to %[[BK]] step %c4
+// READAHEAD:           vector.load %arg1
+// READAHEAD:           vector.fma
+// READAHEAD-NOT:   memref.prefetch
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 1 --q-len 1 --kv-len 100 \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash \
+// RUN:   | FileCheck %s --check-prefix=PREFETCH
+// PREFETCH-LABEL: func.func @attention
+// PREFETCH-NOT:   llvm.inline_asm
+// PREFETCH:       memref.prefetch %arg1
+// PREFETCH-NOT:   llvm.inline_asm
+// PREFETCH:       memref.prefetch %arg2
+// PREFETCH-NOT:   llvm.inline_asm
+//
 // Decode with transposed V: P.V's loop over the tile's keys stays a loop
 // (llvm.loop.unroll.disable on its back edge in the LLVM IR): unrolled, LLVM
 // hoisted the Vᵀ loads of every copy and spilled accumulators.
