@@ -16,15 +16,16 @@
 // aot_registry.cc (which takes its address); the kernel cache looks kernels up
 // by spec.
 #define ATTNKIT_AOT_SPEC(headDim_, dtype_, mask_, group_, queryTile_, dot_,    \
-                         headed_)                                              \
+                         headed_, ra_)                                         \
   ::attnkit::compiled::KernelSpec {                                            \
     .headDim = headDim_, .elem = ::attnkit::DType::k##dtype_,                  \
     .mask = ::attnkit::MaskKind::k##mask_, .group = group_,                    \
-    .queryTile = queryTile_, .bf16Dot = dot_ != 0, .headed = headed_ != 0      \
+    .queryTile = queryTile_, .bf16Dot = dot_ != 0, .headed = headed_ != 0,     \
+    .readAhead = ra_ != 0                                                      \
   }
 #define ATTNKIT_AOT_SYMBOL(headDim_, dtype_, mask_, group_, queryTile_, dot_,  \
-                           headed_)                                            \
-  attnkit_aot_d##headDim_##_##dtype_##_##mask_##_g##group_##_q##queryTile_##_dot##dot_##_h##headed_
+                           headed_, ra_)                                       \
+  attnkit_aot_d##headDim_##_##dtype_##_##mask_##_g##group_##_q##queryTile_##_dot##dot_##_h##headed_##_r##ra_
 #define ATTNKIT_AOT_CAT_(a, b) a##b
 #define ATTNKIT_AOT_CAT(a, b) ATTNKIT_AOT_CAT_(a, b)
 #define ATTNKIT_AOT_STR_(x) #x
@@ -42,9 +43,9 @@ struct AotListed {
 /// bf16Dot kernel is in the list (and the build) whatever the build machine's
 /// CPU; the kernel cache serves it only on a CPU with AVX512_BF16.
 inline constexpr AotListed kAotKernelList[] = {
-#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x, h)                                \
-  {ATTNKIT_AOT_SPEC(d, t, m, g, q, x, h),                                      \
-   ATTNKIT_AOT_STR(ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x, h))},
+#define ATTNKIT_AOT_KERNEL(d, t, m, g, q, x, h, r)                             \
+  {ATTNKIT_AOT_SPEC(d, t, m, g, q, x, h, r),                                   \
+   ATTNKIT_AOT_STR(ATTNKIT_AOT_SYMBOL(d, t, m, g, q, x, h, r))},
 #include "compiled/aot_kernels.inc"
 #undef ATTNKIT_AOT_KERNEL
 };

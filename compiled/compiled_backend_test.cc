@@ -1016,7 +1016,8 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
     DType dtype;
     MaskKind mask;
     bool bf16Dot = false;
-    int64_t kvHeads = 1; // > 1: a BSHD decode, the headed kernel
+    int64_t kvHeads = 1;    // > 1: a BSHD decode, the headed kernel
+    bool readAhead = false; // the spec's, as for K/V larger than the cache
   };
   // bf16: both ISA variants (the vdpbf16ps one where the CPU has it).
   for (const Case &c :
@@ -1026,7 +1027,8 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
         Case{64, 4, 40, 130, DType::kBF16, MaskKind::kCausal},
         Case{64, 4, 40, 130, DType::kBF16, MaskKind::kCausal, true},
         Case{128, 4, 1, 300, DType::kF32, MaskKind::kCausal, false, 3},
-        Case{128, 1, 1, 300, DType::kBF16, MaskKind::kNone, true, 3}}) {
+        Case{128, 1, 1, 300, DType::kBF16, MaskKind::kNone, true, 3},
+        Case{128, 4, 1, 300, DType::kF32, MaskKind::kCausal, false, 1, true}}) {
     AttentionProblem p;
     p.kv_heads = c.kvHeads;
     p.q_heads = c.g * c.kvHeads;
@@ -1037,9 +1039,11 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
     p.dtype = c.dtype;
     p.mask = c.mask;
     SCOPED_TRACE(p.ToString());
-    const KernelSpec spec = specFor(p, c.bf16Dot);
+    const KernelSpec spec =
+        specFor(p, c.bf16Dot, c.readAhead ? int64_t{1} : LastLevelCacheBytes());
     SCOPED_TRACE(spec.key());
     EXPECT_EQ(spec.bf16Dot, c.bf16Dot && CpuHasAvx512Bf16());
+    ASSERT_EQ(spec.readAhead, c.readAhead);
     ASSERT_EQ(spec.headed, c.kvHeads > 1);
     CompileOptions aotOpts, jitOpts;
     jitOpts.useAot = false;
@@ -1155,8 +1159,11 @@ TEST(CompiledBackendTest, EveryListedAotKernelIsServedWithoutJit) {
     ASSERT_TRUE(p.Validate().ok()) << p.ToString();
     SCOPED_TRACE(listed.spec.key());
     // The backend's spec, with or without vdpbf16ps as listed (with it only
-    // where this CPU has AVX512_BF16).
-    const KernelSpec spec = specFor(p, listed.spec.bf16Dot);
+    // where this CPU has AVX512_BF16); a read-ahead kernel's for K/V larger
+    // than the cache (here 1 byte: these 100 keys).
+    const KernelSpec spec =
+        specFor(p, listed.spec.bf16Dot,
+                listed.spec.readAhead ? int64_t{1} : LastLevelCacheBytes());
     KernelSpec asListed = spec;
     asListed.bf16Dot = listed.spec.bf16Dot;
     EXPECT_EQ(asListed, listed.spec);
