@@ -265,6 +265,19 @@ static int run(int argc, char **argv) {
     return fail("--bf16-dot: needs --dtype bf16 with bf16 K/V (got --dtype=" +
                 dtypeOpt + (kvDtypeOpt.empty() ? "" : " --kv-dtype=") +
                 kvDtypeOpt + ")");
+  // The vectorizer reads ahead only in a decode kernel of one head over
+  // rows of K and V (f32 or bf16); anywhere else the key would name a
+  // kernel that does not. (A block says so below.)
+  if (spec.readAhead && hiddenOpt == 0 &&
+      (spec.queryTile != 1 || spec.headed || spec.vTransposed ||
+       spec.quantizedKv()))
+    return fail("--read-ahead: only a decode kernel (query tile 1) of one KV "
+                "head over f32 or bf16 K/V in rows (not --headed, not "
+                "--layout tv, not --kv-dtype i8); got query tile " +
+                std::to_string(spec.queryTile) +
+                (spec.headed ? ", --headed" : "") +
+                (spec.vTransposed ? ", --layout tv" : "") +
+                (spec.quantizedKv() ? ", --kv-dtype i8" : ""));
 
   std::optional<BlockSpec> block;
   if (hiddenOpt != 0) {
