@@ -95,6 +95,10 @@ struct BlockJob {
   int64_t kv_begin = 0, kv_end = 0;
   float scale_log2e = 1.0f;  // scale * log2(e): logits in log2 units, exp2
   float* partial = nullptr;  // null: write args->out; else PartialLayoutFor
+  // The call's K/V outgrow the last-level cache (DecodeKvStreamsFromDram,
+  // SimdOptions::read_ahead_above_bytes): f32 decode items of several kv
+  // heads read their blocks ahead (decode_kernel.h, ReadAhead).
+  bool kv_from_dram = false;
   int64_t rows() const { return kv_heads * queries * group_heads; }
 };
 

@@ -35,6 +35,7 @@ struct Plan {
   int64_t kv_heads = 1;      // kv heads per item (BlockJob::kv_heads)
   KvSplitPlan kv;
   int64_t total_base = 0;
+  bool kv_from_dram = false;  // BlockJob::kv_from_dram
 };
 
 class SimdBackend final : public Backend {
@@ -141,6 +142,8 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   plan.total_base = total;
   plan.kv =
       PlanKvSplits(total, threads, p.max_kv_len(), options_.force_kv_splits);
+  plan.kv_from_dram =
+      DecodeKvStreamsFromDram(p, options_.read_ahead_above_bytes);
   return plan;
 }
 
@@ -169,6 +172,7 @@ BlockJob SimdBackend::BaseJob(const AttentionProblem& p, const Plan& plan,
       std::min(plan.group_heads, p.group_size() - job.first_group_head);
   job.first_query = qblk * plan.queries;
   job.queries = std::min(plan.queries, p.q_lens[b] - job.first_query);
+  job.kv_from_dram = plan.kv_from_dram;
   return job;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/cpu_features.h"
 #include "runtime/enum_table.h"
 
 namespace attnkit::simd {
@@ -42,6 +43,11 @@ struct SimdOptions {
   // Split-KV (flash-decoding): 0 decides from the work-item count and the
   // thread count; n >= 1 forces n splits per work item (tests).
   int force_kv_splits = 0;
+  // Decode items of several kv heads (BSHD) over f32 K/V larger than this
+  // read each block ahead instead of prefetching it
+  // (DecodeKvStreamsFromDram, runtime/split_kv.h; ReadAhead in
+  // decode_kernel.h). Tests set 1 to run that path on small shapes.
+  int64_t read_ahead_above_bytes = LastLevelCacheBytes();
 };
 
 // The backend owns per-thread workspaces, grown on first use of a shape and

@@ -133,11 +133,14 @@ AttentionProblem RandomProblem(Rng& rng) {
 
 class SimdIsaTest : public ::testing::TestWithParam<Isa> {
  protected:
-  std::unique_ptr<Backend> Make(int force_splits = 0, int threads = 0) {
+  std::unique_ptr<Backend> Make(
+      int force_splits = 0, int threads = 0,
+      int64_t read_ahead_above_bytes = LastLevelCacheBytes()) {
     SimdOptions o;
     o.isa = GetParam();
     o.force_kv_splits = force_splits;
     o.num_threads = threads;
+    o.read_ahead_above_bytes = read_ahead_above_bytes;
     return MakeSimdBackend(o);
   }
 };
@@ -253,28 +256,31 @@ TEST_P(SimdIsaTest, DecodeI8EveryGroupSizeAndQueryDtype) {
 // half of them, with 3 an uneven split (the last item has fewer heads).
 // Every mask, both dtypes, ragged and empty sequences, 1-2 queries per
 // sequence (4-8 rows per head), and forced splits (the merge walks the rows
-// of all the item's heads).
+// of all the item's heads). f32 items read their blocks ahead when the K/V
+// outgrow the cache: forced (1 byte) and as decided (these fit).
 TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
   for (int threads : {1, 2, 3}) {
     for (int splits : {0, 3}) {
-      auto backend = Make(splits, threads);
-      for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
-                            MaskKind::kWindow, MaskKind::kBias}) {
-        for (DType dt : {DType::kF32, DType::kBF16}) {
-          AttentionProblem p;
-          p.batch = 3;
-          p.q_heads = 20;
-          p.kv_heads = 5;
-          p.head_dim = 64;
-          p.dtype = dt;
-          p.layout = KvLayout::kBSHD;
-          p.mask = mask;
-          if (mask == MaskKind::kWindow) p.window = 50;
-          p.q_lens = {1, 2, 0};
-          p.kv_lens = {300, 77, 5};
-          ExpectMatchesOracle(*backend, p, 40 + threads * 7 + splits,
-                              ValueProfile::kNormal, 3);
-          if (HasFailure()) return;
+      for (int64_t above : {int64_t{1}, LastLevelCacheBytes()}) {
+        auto backend = Make(splits, threads, above);
+        for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
+                              MaskKind::kWindow, MaskKind::kBias}) {
+          for (DType dt : {DType::kF32, DType::kBF16}) {
+            AttentionProblem p;
+            p.batch = 3;
+            p.q_heads = 20;
+            p.kv_heads = 5;
+            p.head_dim = 64;
+            p.dtype = dt;
+            p.layout = KvLayout::kBSHD;
+            p.mask = mask;
+            if (mask == MaskKind::kWindow) p.window = 50;
+            p.q_lens = {1, 2, 0};
+            p.kv_lens = {300, 77, 5};
+            ExpectMatchesOracle(*backend, p, 40 + threads * 7 + splits,
+                                ValueProfile::kNormal, 3);
+            if (HasFailure()) return;
+          }
         }
       }
     }
@@ -284,29 +290,32 @@ TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
 // Fewer sequences than threads and long enough contexts: one BSHD item
 // takes all its kv heads and the threads split its keys (MakePlan); the
 // merge of those splits, every mask, f32 / bf16 / i8 K/V, and a ragged
-// second sequence too short to split.
+// second sequence too short to split; f32 items reading their blocks ahead
+// (forced: 1 byte) and not.
 TEST_P(SimdIsaTest, BshdDecodeWholeRowItemsSplitTheirKeys) {
   for (int threads : {2, 3}) {
-    auto backend = Make(0, threads);
-    for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal, MaskKind::kWindow,
-                          MaskKind::kBias}) {
-      for (int kvt = 0; kvt < 3; ++kvt) {
-        AttentionProblem p;
-        p.batch = threads - 1;
-        p.q_heads = 20;
-        p.kv_heads = 5;
-        p.head_dim = 64;
-        p.dtype = kvt == 1 ? DType::kBF16 : DType::kF32;
-        if (kvt == 2) p.kv_dtype = DType::kI8;
-        p.layout = KvLayout::kBSHD;
-        p.mask = mask;
-        if (mask == MaskKind::kWindow) p.window = 700;
-        p.q_lens.assign(static_cast<size_t>(p.batch), 1);
-        p.kv_lens = {1700};
-        if (p.batch > 1) p.kv_lens.push_back(90);
-        ExpectMatchesOracle(*backend, p, 90 + threads * 3 + kvt,
-                            ValueProfile::kNormal, 3);
-        if (HasFailure()) return;
+    for (int64_t above : {int64_t{1}, LastLevelCacheBytes()}) {
+      auto backend = Make(0, threads, above);
+      for (MaskKind mask : {MaskKind::kNone, MaskKind::kCausal,
+                            MaskKind::kWindow, MaskKind::kBias}) {
+        for (int kvt = 0; kvt < 3; ++kvt) {
+          AttentionProblem p;
+          p.batch = threads - 1;
+          p.q_heads = 20;
+          p.kv_heads = 5;
+          p.head_dim = 64;
+          p.dtype = kvt == 1 ? DType::kBF16 : DType::kF32;
+          if (kvt == 2) p.kv_dtype = DType::kI8;
+          p.layout = KvLayout::kBSHD;
+          p.mask = mask;
+          if (mask == MaskKind::kWindow) p.window = 700;
+          p.q_lens.assign(static_cast<size_t>(p.batch), 1);
+          p.kv_lens = {1700};
+          if (p.batch > 1) p.kv_lens.push_back(90);
+          ExpectMatchesOracle(*backend, p, 90 + threads * 3 + kvt,
+                              ValueProfile::kNormal, 3);
+          if (HasFailure()) return;
+        }
       }
     }
   }
