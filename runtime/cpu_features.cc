@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
+
+#include "runtime/limits.h"
 
 namespace attnkit {
 
@@ -72,28 +75,6 @@ double CpuBf16DotMacRatio() {
 
 bool CpuBf16DotPays() { return CpuBf16DotMacRatio() > 1.25; }
 
-namespace internal {
-
-int64_t ParseCacheSize(std::string_view text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
-    text.remove_suffix(1);
-  int64_t n = 0;
-  size_t i = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-    if (n > (INT64_MAX >> 30) / 10) return 0;
-    n = n * 10 + (text[i] - '0');
-  }
-  if (i == 0 || n <= 0) return 0;
-  const std::string_view unit = text.substr(i);
-  if (unit.empty()) return n;
-  if (unit == "K") return n << 10;
-  if (unit == "M") return n << 20;
-  if (unit == "G") return n << 30;
-  return 0;
-}
-
-}  // namespace internal
-
 namespace {
 
 // The first line of a small sysfs file, "" when it cannot be read.
@@ -115,10 +96,11 @@ int64_t SysfsLastLevelCacheBytes() {
     if (type.empty()) break;
     if (type != "Data" && type != "Unified") continue;
     const int level = std::atoi(ReadLine(dir + "/level").c_str());
-    const int64_t size = internal::ParseCacheSize(ReadLine(dir + "/size"));
-    if (level > best_level && size > 0) {
+    // "32768K": --max-memory's format.
+    const std::optional<int64_t> size = ParseByteSize(ReadLine(dir + "/size"));
+    if (level > best_level && size) {
       best_level = level;
-      bytes = size;
+      bytes = *size;
     }
   }
   return bytes;

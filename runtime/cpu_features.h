@@ -5,7 +5,6 @@
 #define ATTNKIT_RUNTIME_CPU_FEATURES_H_
 
 #include <cstdint>
-#include <string_view>
 
 namespace attnkit {
 
@@ -37,12 +36,6 @@ bool CpuBf16DotPays();
 /// be cached from an earlier call (DecodeKvStreamsFromDram,
 /// runtime/split_kv.h).
 int64_t LastLevelCacheBytes();
-
-namespace internal {
-/// A sysfs cache `size` ("32768K", "1024K", "8M", "512"): bytes, or 0 when
-/// it is not a positive size.
-int64_t ParseCacheSize(std::string_view text);
-}  // namespace internal
 
 }  // namespace attnkit
 

@@ -33,22 +33,6 @@ TEST(CpuFeaturesTest, Bf16DotProbeIsMeasuredOnceAndDecides) {
   EXPECT_EQ(CpuBf16DotPays(), ratio > 1.25);
 }
 
-// The sysfs size strings the kernel writes, and what is not one.
-TEST(CpuFeaturesTest, ParsesSysfsCacheSizes) {
-  using internal::ParseCacheSize;
-  EXPECT_EQ(ParseCacheSize("32768K"), int64_t{32} << 20);
-  EXPECT_EQ(ParseCacheSize("1024K\n"), int64_t{1} << 20);
-  EXPECT_EQ(ParseCacheSize("8M"), int64_t{8} << 20);
-  EXPECT_EQ(ParseCacheSize("1G"), int64_t{1} << 30);
-  EXPECT_EQ(ParseCacheSize("512"), 512);
-  EXPECT_EQ(ParseCacheSize(""), 0);
-  EXPECT_EQ(ParseCacheSize("0K"), 0);
-  EXPECT_EQ(ParseCacheSize("K"), 0);
-  EXPECT_EQ(ParseCacheSize("12Q"), 0);
-  EXPECT_EQ(ParseCacheSize("-5K"), 0);
-  EXPECT_EQ(ParseCacheSize("99999999999999999999K"), 0);
-}
-
 // On a Linux machine with sysfs (CI and this one) the figure is the cache
 // the kernel lists at the highest level, read once; never negative.
 TEST(CpuFeaturesTest, LastLevelCacheIsTheHighestLevelTheKernelLists) {

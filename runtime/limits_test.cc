@@ -71,6 +71,22 @@ TEST(ParseByteSize, SuffixesAndRange) {
   EXPECT_EQ(ParseByteSize("99999999999T"), std::nullopt);
 }
 
+// The sizes sysfs gives a cache (LastLevelCacheBytes reads them so; the
+// line without its newline), and what is not one.
+TEST(ParseByteSize, SysfsCacheSizes) {
+  EXPECT_EQ(ParseByteSize("32768K"), int64_t{32} << 20);
+  EXPECT_EQ(ParseByteSize("1024K"), int64_t{1} << 20);
+  EXPECT_EQ(ParseByteSize("8M"), int64_t{8} << 20);
+  EXPECT_EQ(ParseByteSize("1G"), int64_t{1} << 30);
+  EXPECT_EQ(ParseByteSize("512"), 512);
+  EXPECT_EQ(ParseByteSize(""), std::nullopt);
+  EXPECT_EQ(ParseByteSize("0K"), std::nullopt);
+  EXPECT_EQ(ParseByteSize("K"), std::nullopt);
+  EXPECT_EQ(ParseByteSize("12Q"), std::nullopt);
+  EXPECT_EQ(ParseByteSize("-5K"), std::nullopt);
+  EXPECT_EQ(ParseByteSize("99999999999999999999K"), std::nullopt);
+}
+
 TEST(DefaultMaxMemory, IsPositive) { EXPECT_GT(DefaultMaxMemory(), 0); }
 
 TEST(Activity, LastOneWins) {
