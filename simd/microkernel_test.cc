@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <ostream>
 #include <sstream>
@@ -334,15 +335,20 @@ TEST_P(MicroKernelTest, PrefillTiles) {
 }
 
 // The decode path: few rows (one query of a GQA group, a couple of
-// queries, rows of two kv heads), keys up to its tile (DecodeTileKeys: 128,
-// 256 for transposed bf16 V), with tails that leave a partial vector of
-// keys.
+// queries, an odd count, rows of two kv heads), keys up to its tile
+// (DecodeTileKeys: 128, 256 for transposed bf16 V), with tails that leave a
+// partial vector of keys. Head dims also 120: rows widened into the
+// workspace's zero-padded 128 (P.V's whole-row path for adjacent f32 rows,
+// as d = 128 without padding takes it in place).
 TEST_P(MicroKernelTest, DecodeTiles) {
   const int64_t w = W();
-  const int64_t row_shapes[][3] = {{1, 1, 1}, {1, 4, 1}, {2, 3, 1}, {1, 2, 2}};
+  const int64_t row_shapes[][3] = {
+      {1, 1, 1}, {1, 4, 1}, {2, 3, 1}, {5, 1, 1}, {1, 2, 2}};
+  std::vector<int64_t> dims(std::begin(kDims), std::end(kDims));
+  dims.push_back(120);
   for (DType dt : kDtypes)
     for (KvLayout layout : kLayouts)
-      for (int64_t d : kDims)
+      for (int64_t d : dims)
         for (const auto& rs : row_shapes)
           for (const int64_t tk = DecodeTileKeys(layout, dt);
                const auto& tile : std::array<std::array<int64_t, 2>, 4>{
