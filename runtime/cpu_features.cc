@@ -85,8 +85,9 @@ std::string ReadLine(const std::string& path) {
   return line;
 }
 
-// The highest-level data or unified cache of cpu0 in sysfs; 0 if none.
-int64_t SysfsLastLevelCacheBytes() {
+// The data or unified cache of cpu0 in sysfs at `level` (0: the highest
+// level listed); 0 if none.
+int64_t SysfsDataCacheBytes(int level) {
   int best_level = 0;
   int64_t bytes = 0;
   for (int index = 0; index < 16; ++index) {
@@ -95,11 +96,12 @@ int64_t SysfsLastLevelCacheBytes() {
     const std::string type = ReadLine(dir + "/type");
     if (type.empty()) break;
     if (type != "Data" && type != "Unified") continue;
-    const int level = std::atoi(ReadLine(dir + "/level").c_str());
+    const int this_level = std::atoi(ReadLine(dir + "/level").c_str());
     // "32768K": --max-memory's format.
     const std::optional<int64_t> size = ParseByteSize(ReadLine(dir + "/size"));
-    if (level > best_level && size) {
-      best_level = level;
+    if (!size) continue;
+    if (level > 0 ? this_level == level : this_level > best_level) {
+      best_level = this_level;
       bytes = *size;
     }
   }
@@ -110,11 +112,19 @@ int64_t SysfsLastLevelCacheBytes() {
 
 int64_t LastLevelCacheBytes() {
   static const int64_t bytes = [] {
-    if (const int64_t sysfs = SysfsLastLevelCacheBytes(); sysfs > 0)
-      return sysfs;
+    if (const int64_t sysfs = SysfsDataCacheBytes(0); sysfs > 0) return sysfs;
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
     return llc > 0 ? static_cast<int64_t>(llc) : int64_t{0};
+  }();
+  return bytes;
+}
+
+int64_t L1DataCacheBytes() {
+  static const int64_t bytes = [] {
+    if (const int64_t sysfs = SysfsDataCacheBytes(1); sysfs > 0) return sysfs;
+    const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return l1 > 0 ? static_cast<int64_t>(l1) : int64_t{0};
   }();
   return bytes;
 }

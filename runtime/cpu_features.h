@@ -37,6 +37,11 @@ bool CpuBf16DotPays();
 /// runtime/split_kv.h).
 int64_t LastLevelCacheBytes();
 
+/// Bytes of one core's L1 data cache (cpu0's level-1 data cache in sysfs,
+/// else the C library's figure; 0 when neither says). Read once per
+/// process. Sizes the simd prefill tile (PrefillTileKeysFor, simd/kernel.h).
+int64_t L1DataCacheBytes();
+
 }  // namespace attnkit
 
 #endif  // ATTNKIT_RUNTIME_CPU_FEATURES_H_

@@ -49,5 +49,18 @@ TEST(CpuFeaturesTest, LastLevelCacheIsTheHighestLevelTheKernelLists) {
   }
 }
 
+// The L1 data cache: read once, what sysfs lists at level 1 where it lists
+// one (x86-64 cores have 32-64 KiB), and never above the last level.
+TEST(CpuFeaturesTest, L1DataCacheIsTheKernelsLevelOneDataCache) {
+  const int64_t bytes = L1DataCacheBytes();
+  EXPECT_EQ(L1DataCacheBytes(), bytes);
+  EXPECT_GE(bytes, 0);
+  std::ifstream level("/sys/devices/system/cpu/cpu0/cache/index0/level");
+  if (!level) GTEST_SKIP() << "no sysfs cache information";
+  EXPECT_GE(bytes, int64_t{16} << 10);
+  EXPECT_LE(bytes, int64_t{256} << 10);
+  EXPECT_LT(bytes, LastLevelCacheBytes());
+}
+
 }  // namespace
 }  // namespace attnkit

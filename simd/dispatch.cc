@@ -18,14 +18,15 @@ WorkspaceLayout ComputeLayout(int64_t head_dim) {
     return off;
   };
   L.queries = take(rows * dp);
-  // S^T of the prefill path [kPrefillTileKeys][rows], or S of the decode path
-  // [rows][kDecodeTileKeys] (up to kMaxRows rows when a job spans kv heads).
-  L.scores = take(static_cast<size_t>(kPrefillTileKeys > kDecodeTileKeys
-                                          ? kPrefillTileKeys
+  // S^T of the prefill path [kMaxPrefillTileKeys][rows], or S of the decode
+  // path [rows][kDecodeTileKeys] (up to kMaxRows rows when a job spans kv
+  // heads).
+  L.scores = take(static_cast<size_t>(kMaxPrefillTileKeys > kDecodeTileKeys
+                                          ? kMaxPrefillTileKeys
                                           : kDecodeTileKeys) *
                   rows);
   L.out = take(dp * rows);
-  L.k_tile = take(static_cast<size_t>(kPrefillTileKeys) * dp);
+  L.k_tile = take(static_cast<size_t>(kMaxPrefillTileKeys) * dp);
   L.v_tile = take(static_cast<size_t>(kDecodeTileKeys) * dp);
   L.row_max = take(rows);
   L.row_sum = take(rows);

@@ -21,10 +21,20 @@ namespace attnkit::simd::internal {
 // BlockJob), so each K/V tile is loaded once for up to kMaxRows rows. 64 rows
 // = 4 AVX-512 vectors, the register block of the micro-kernels.
 inline constexpr int kMaxRows = 64;
-// Keys per tile of the prefill path (rows along the vector lanes): a 64-key S^T
-// tile of 64 rows is 16 KiB, and K/V tiles of 64 keys x d=128 are 32 KiB each,
-// so the working set stays in a 1 MiB L2 with S^T in a 32 KiB L1.
-inline constexpr int64_t kPrefillTileKeys = 64;
+// Keys per tile of the prefill path (rows along the vector lanes), chosen per
+// CPU by the size of its L1 data cache: a 64-key S^T tile of 64 rows is
+// 16 KiB and stays in a 32 KiB L1 next to the 32 KiB Q^T's working rows,
+// where 128 keys (32 KiB of S^T) ran 1.03-1.06x the time (Zen 4, 32 KiB
+// L1D); with a 48 KiB L1 (Zen 5, recent Intel cores) 128 keys halve the
+// accumulator loads and stores of P.V per FLOP and ran 0.98-0.99x
+// (simd/README.md, "Prefill tile by L1 size"). K/V tiles of 128 keys x
+// d=128 are 64 KiB each: the working set stays in a 1 MiB L2 either way.
+// kMaxPrefillTileKeys sizes the workspace.
+inline constexpr int64_t kMaxPrefillTileKeys = 128;
+inline constexpr int64_t kMinL1ForLongPrefillTiles = int64_t{48} << 10;
+constexpr int64_t PrefillTileKeysFor(int64_t l1d_bytes) {
+  return l1d_bytes >= kMinL1ForLongPrefillTiles ? kMaxPrefillTileKeys : 64;
+}
 // Keys per tile of the decode path (d along the lanes, few rows). Longer tiles
 // amortize the per-tile softmax reductions (and the haddp of P.V over
 // transposed V); shorter ones keep the K and V streams from DRAM both moving
@@ -99,6 +109,9 @@ struct BlockJob {
   // SimdOptions::read_ahead_above_bytes): f32 decode items of several kv
   // heads read their blocks ahead (decode_kernel.h, ReadAhead).
   bool kv_from_dram = false;
+  // Keys per prefill tile (PrefillTileKeysFor, SimdOptions::
+  // prefill_tile_keys): a multiple of 16 up to kMaxPrefillTileKeys.
+  int64_t prefill_tile = 64;
   int64_t rows() const { return kv_heads * queries * group_heads; }
 };
 
@@ -144,7 +157,7 @@ const KernelOps& ScalarOps();
 // One step of a kernel path, for simd/microkernel_test.cc (XNNPACK's tester
 // pattern: each building block against a scalar loop, on every ISA). Each
 // runs on the job's rows (in run_block's order: kv head, then query, then
-// head) and keys [j0, j0 + nt), nt <= the path's tile (kPrefillTileKeys,
+// head) and keys [j0, j0 + nt), nt <= the path's tile (BlockJob::prefill_tile,
 // DecodeTileKeys), with `ws` a zeroed workspace as for run_block.
 struct TileSteps {
   // scores[r * nt + j] = Q[r] . K[j0 + j] (no scale, no mask).

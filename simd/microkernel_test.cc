@@ -311,8 +311,10 @@ TEST_P(MicroKernelTest, PrefillTiles) {
   const int64_t w = W();
   const int64_t row_shapes[][2] = {
       {1, 1}, {w - 1, 1}, {(w + 1) / 2, 3}, {w, 4}};  // queries x group heads
-  const int64_t tiles[][2] = {
-      {0, 1}, {3, w + 1}, {0, kPrefillTileKeys}, {70, kPrefillTileKeys - 1}};
+  const int64_t tiles[][2] = {{0, 1},
+                              {3, w + 1},
+                              {0, kMaxPrefillTileKeys},
+                              {70, kMaxPrefillTileKeys - 1}};
   for (DType dt : kDtypes)
     for (KvLayout layout : kLayouts)
       for (int64_t d : kDims)

@@ -563,9 +563,9 @@ struct PrefillKernel {
       if (p.layout == KvLayout::kTransposedV) {
         for (int64_t e = 0; e < d; ++e)
           LoadRow(a.v, a.v.Offset(job.batch, job.kv_head, j0, e), 1, nt,
-                  vw + e * kPrefillTileKeys);
+                  vw + e * kMaxPrefillTileKeys);
         sj = 1;
-        sd = kPrefillTileKeys;
+        sd = kMaxPrefillTileKeys;
       } else {
         for (int64_t j = 0; j < nt; ++j)
           LoadRow(a.v, a.v.Offset(job.batch, job.kv_head, j0 + j, 0), 1, d,
@@ -615,9 +615,9 @@ struct PrefillKernel {
     }
     const bool has_bias = p.mask == MaskKind::kBias;
     const int64_t end = rows.keys_end;
-    for (int64_t j0 = rows.keys_begin; j0 < end; j0 += kPrefillTileKeys) {
-      const int64_t nt =
-          end - j0 < kPrefillTileKeys ? end - j0 : kPrefillTileKeys;
+    const int64_t tile = job.prefill_tile;
+    for (int64_t j0 = rows.keys_begin; j0 < end; j0 += tile) {
+      const int64_t nt = end - j0 < tile ? end - j0 : tile;
       const TileCoverage cover = CoverTile(rows, j0, nt, has_bias);
       if (cover.empty) continue;  // fully masked tile (causal / window)
       RunTile<RV>(job, rows, ws, L, j0, nt, !cover.full);

@@ -40,34 +40,47 @@ struct Plan {
 
 class SimdBackend final : public Backend {
  public:
-  explicit SimdBackend(const SimdOptions& o) : options_(o) {
+  explicit SimdBackend(const SimdOptions& o)
+      : options_(o),
+        prefill_tile_(o.prefill_tile_keys != 0
+                          ? o.prefill_tile_keys
+                          : internal::PrefillTileKeysFor(L1DataCacheBytes())) {
     ops_ = o.isa ? internal::OpsFor(*o.isa) : internal::BestOps();
   }
 
   std::string_view name() const override { return "simd"; }
 
-  Status Supports(const AttentionProblem& p) const override {
-    if (ops_ == nullptr) return Unavailable();
-    return Status::Ok();
-  }
+  Status Supports(const AttentionProblem&) const override { return Usable(); }
 
   Status Attention(const AttentionProblem& p,
                    const AttentionArgs& args) override;
   Status AppendKv(const KvAppendArgs& a) override;
 
   Status SupportsBlock(const AttentionBlockProblem& p) const override {
-    if (ops_ == nullptr) return Unavailable();
+    ATTNKIT_RETURN_IF_ERROR(Usable());
     return p.Validate();
   }
   Status AttentionBlock(const AttentionBlockProblem& p,
                         const AttentionBlockArgs& args) override {
-    if (ops_ == nullptr) return Unavailable();
+    ATTNKIT_RETURN_IF_ERROR(Usable());
     const int threads =
         options_.num_threads > 0 ? options_.num_threads : MaxThreads();
     return simd::AttentionBlock(*this, block_, threads, p, args);
   }
 
  private:
+  // Whether this backend can run anything: an ISA the CPU has, and options
+  // in range.
+  Status Usable() const {
+    if (ops_ == nullptr) return Unavailable();
+    if (prefill_tile_ < 1 || prefill_tile_ > internal::kMaxPrefillTileKeys) {
+      return Status::InvalidArgument(
+          "simd: prefill_tile_keys=" + std::to_string(prefill_tile_) +
+          " is outside 1.." + std::to_string(internal::kMaxPrefillTileKeys) +
+          " (0 decides from the L1 data cache)");
+    }
+    return Status::Ok();
+  }
   Status Unavailable() const {
     return Status::FailedPrecondition(
         "simd: isa=" + std::string(IsaName(*options_.isa)) +
@@ -83,6 +96,7 @@ class SimdBackend final : public Backend {
   static KeyRange ItemKeys(const AttentionProblem& p, const BlockJob& job);
 
   SimdOptions options_;
+  int64_t prefill_tile_;  // BlockJob::prefill_tile
   const KernelOps* ops_ = nullptr;
   BlockWorkspace block_;
   // Grown, never shrunk: a call with the same or a smaller shape allocates
@@ -173,6 +187,7 @@ BlockJob SimdBackend::BaseJob(const AttentionProblem& p, const Plan& plan,
   job.first_query = qblk * plan.queries;
   job.queries = std::min(plan.queries, p.q_lens[b] - job.first_query);
   job.kv_from_dram = plan.kv_from_dram;
+  job.prefill_tile = prefill_tile_;
   return job;
 }
 

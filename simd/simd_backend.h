@@ -48,6 +48,11 @@ struct SimdOptions {
   // (DecodeKvStreamsFromDram, runtime/split_kv.h; ReadAhead in
   // decode_kernel.h). Tests set 1 to run that path on small shapes.
   int64_t read_ahead_above_bytes = LastLevelCacheBytes();
+  // Keys per prefill tile: 0 decides from the L1 data cache
+  // (PrefillTileKeysFor in simd/kernel.h: 128 with 48 KiB or more, else
+  // 64); 1..128 forces it (tests, measurements). Anything else: every call
+  // fails with INVALID_ARGUMENT.
+  int64_t prefill_tile_keys = 0;
 };
 
 // The backend owns per-thread workspaces, grown on first use of a shape and

@@ -197,6 +197,53 @@ TEST_P(SimdIsaTest, SplitKvMergeMatchesOracle) {
   }
 }
 
+// The prefill tile comes from the L1 data cache (64 or 128 keys) unless
+// forced: both sizes, and one that is not a multiple of any vector width,
+// over random problems (prefill rows against tiles, tails, masks, layouts,
+// int8) and a causal GQA prefill whose keys end part way into a tile.
+TEST_P(SimdIsaTest, PrefillTileSizesMatchOracle) {
+  for (int64_t tile : {int64_t{64}, int64_t{128}, int64_t{40}}) {
+    SimdOptions o;
+    o.isa = GetParam();
+    o.prefill_tile_keys = tile;
+    auto backend = MakeSimdBackend(o);
+    Rng rng(0x711e, static_cast<uint64_t>(tile));
+    for (int c = 0; c < 8; ++c) {
+      const AttentionProblem p = RandomProblem(rng);
+      ExpectMatchesOracle(*backend, p, 300 + c);
+      if (HasFailure()) return;
+    }
+    AttentionProblem p;
+    p.q_heads = 8;
+    p.kv_heads = 2;
+    p.head_dim = 64;
+    p.mask = MaskKind::kCausal;
+    p.q_lens = {70};
+    p.kv_lens = {301};
+    ExpectMatchesOracle(*backend, p, 17);
+    if (HasFailure()) return;
+  }
+}
+
+// A forced prefill tile outside 1..kMaxPrefillTileKeys: every call fails
+// with INVALID_ARGUMENT naming the option and its value (nothing runs).
+TEST(SimdOptionsTest, PrefillTileOutOfRangeIsAnError) {
+  for (int64_t tile : {int64_t{-1}, int64_t{129}, int64_t{4096}}) {
+    SimdOptions o;
+    o.prefill_tile_keys = tile;
+    auto backend = MakeSimdBackend(o);
+    AttentionProblem p;
+    const Status s = backend->Supports(p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("prefill_tile_keys=" + std::to_string(tile)),
+              std::string::npos)
+        << s.ToString();
+  }
+  SimdOptions o;
+  o.prefill_tile_keys = 128;
+  EXPECT_TRUE(MakeSimdBackend(o)->Supports(AttentionProblem{}).ok());
+}
+
 TEST_P(SimdIsaTest, DecodeShapesAllLayoutsAndDtypes) {
   auto backend = Make();
   for (KvLayout layout :
