@@ -110,7 +110,7 @@ struct BlockJob {
   // heads read their blocks ahead (decode_kernel.h, ReadAhead).
   bool kv_from_dram = false;
   // Keys per prefill tile (PrefillTileKeysFor, SimdOptions::
-  // prefill_tile_keys): a multiple of 16 up to kMaxPrefillTileKeys.
+  // prefill_tile_keys): 1..kMaxPrefillTileKeys, 64 or 128 unless forced.
   int64_t prefill_tile = 64;
   int64_t rows() const { return kv_heads * queries * group_heads; }
 };
