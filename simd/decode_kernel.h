@@ -635,11 +635,14 @@ struct DecodeKernel {
       // keys): each is one P.V call per head, which loads and stores its
       // accumulators, so short position rows (bf16 Hkv 8: 2 KiB) take more
       // keys per call; wide ones (Hkv 32) keep W, their rows read whole in
-      // address order (simd/README.md, "BSHD decode items").
+      // address order (simd/README.md, "BSHD decode items"). Items that
+      // read their blocks ahead take blocks of up to 512 KiB (a whole
+      // 128-key tile at f32 Hkv 8): the block is in L2 once read, and the
+      // fewer calls per head pay (simd/README.md, "BSHD read-ahead spans").
       const int64_t row_bytes = a.v.strides[2] * it.esize;
+      const int64_t span_bytes = int64_t{it.read_ahead ? 512 : 64} << 10;
       const int64_t span = std::clamp<int64_t>(
-          (int64_t{64} << 10) / std::max<int64_t>(row_bytes, 1) / W * W, W,
-          it.tile);
+          span_bytes / std::max<int64_t>(row_bytes, 1) / W * W, W, it.tile);
       for (int64_t j = 0; j < t.nt; j += span) {
         const int64_t nj = t.nt - j < span ? t.nt - j : span;
         if (it.read_ahead) ReadAhead(it, a.v, it.vdata, t.j0 + j, nj);

@@ -334,6 +334,26 @@ TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
   }
 }
 
+// Wide BSHD position rows (Hkv 32, d 128, f32: 16 KiB): an item that reads
+// its blocks ahead takes P.V spans of 512 KiB, 32 keys, so a 128-key tile
+// is four of them and the last tile ends part way into one; forced (1 byte)
+// and as decided.
+TEST_P(SimdIsaTest, BshdReadAheadSpansShorterThanATile) {
+  for (int64_t above : {int64_t{1}, LastLevelCacheBytes()}) {
+    auto backend = Make(0, 2, above);
+    AttentionProblem p;
+    p.q_heads = 64;
+    p.kv_heads = 32;
+    p.head_dim = 128;
+    p.layout = KvLayout::kBSHD;
+    p.mask = MaskKind::kCausal;
+    p.q_lens = {1};
+    p.kv_lens = {300};
+    ExpectMatchesOracle(*backend, p, 61, ValueProfile::kNormal, 3);
+    if (HasFailure()) return;
+  }
+}
+
 // Fewer sequences than threads and long enough contexts: one BSHD item
 // takes all its kv heads and the threads split its keys (MakePlan); the
 // merge of those splits, every mask, f32 / bf16 / i8 K/V, and a ragged
