@@ -137,13 +137,6 @@ struct DecodeMicroKernels {
                                           int64_t nt, const T* vbase,
                                           int64_t vs, float* o,
                                           int64_t pf_rows) {
-    const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
-    const bool whole_tile = De <= kPvCols * W ||
-                            (W >= 16 && row_bytes <= 512) ||
-                            (sizeof(T) == 1 && R >= 4);
-    const int64_t chunk =
-        whole_tile ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
-    const int64_t ahead_keys = PrefetchKeys(row_bytes);
     if constexpr (W >= 16 && sizeof(T) == 4) {
       if (De == 2 * kPvCols * W && vs == De) {
         // The first row pair reads the tile as one address-ordered stream,
@@ -164,6 +157,13 @@ struct DecodeMicroKernels {
         return;
       }
     }
+    const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
+    const bool whole_tile = De <= kPvCols * W ||
+                            (W >= 16 && row_bytes <= 512) ||
+                            (sizeof(T) == 1 && R >= 4);
+    const int64_t chunk =
+        whole_tile ? nt : (row_bytes >= 1024 ? 4 : 4096 / row_bytes);
+    const int64_t ahead_keys = PrefetchKeys(row_bytes);
     for (int64_t j0 = 0; j0 < nt; j0 += chunk) {
       const int64_t nj = nt - j0 < chunk ? nt - j0 : chunk;
       const T* vj = vbase + j0 * vs;
