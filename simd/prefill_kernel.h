@@ -505,24 +505,32 @@ struct PrefillKernel {
           tmax[rv] = X::Max(tmax[rv], X::Load(st + j * rp + rv * W));
     }
     bool rescale = false;
+    // P = exp2(S - m) with the row vectors inner: RV independent exp2
+    // chains per key (one vector's chain per key, key after key, left the
+    // FMA ports idle on its latency).
+    V m_use[RV], sum[RV];
+    for (int rv = 0; rv < RV; ++rv) {
+      m_use[rv] = X::UsableMax(
+          X::NewMax(X::Load(m + rv * W), X::Max(tmax[rv], tmax2[rv])));
+      sum[rv] = X::Zero();
+    }
+    for (int64_t j = 0; j < nt; ++j)
+      for (int rv = 0; rv < RV; ++rv) {
+        const V pj = X::Exp2(X::Load(st + j * rp + rv * W) - m_use[rv]);
+        X::Store(st + j * rp + rv * W, pj);
+        sum[rv] = sum[rv] + pj;
+      }
     for (int rv = 0; rv < RV; ++rv) {
       const V m_old = X::Load(m + rv * W);
       const V m_new = X::NewMax(m_old, X::Max(tmax[rv], tmax2[rv]));
-      const V m_use = X::UsableMax(m_new);
-      V sum = X::Zero();
-      for (int64_t j = 0; j < nt; ++j) {
-        const V pj = X::Exp2(X::Load(st + j * rp + rv * W) - m_use);
-        X::Store(st + j * rp + rv * W, pj);
-        sum = sum + pj;
-      }
       if (!X::AllEqual(m_new, m_old)) {
         rescale = true;
-        const V alpha = X::Exp2(m_old - m_use);
+        const V alpha = X::Exp2(m_old - m_use[rv]);
         X::Store(ws + L.rescale + rv * W, alpha);
-        X::Store(l + rv * W, X::Load(l + rv * W) * alpha + sum);
+        X::Store(l + rv * W, X::Load(l + rv * W) * alpha + sum[rv]);
       } else {
         X::Store(ws + L.rescale + rv * W, X::Set(1.0f));
-        X::Store(l + rv * W, X::Load(l + rv * W) + sum);
+        X::Store(l + rv * W, X::Load(l + rv * W) + sum[rv]);
       }
       X::Store(m + rv * W, m_new);
     }
