@@ -5,6 +5,10 @@
 
 #include "compiled/passes.h"
 
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+
+#include <optional>
+
 using namespace mlir;
 
 namespace attnkit::compiled::vectorize {
@@ -29,17 +33,35 @@ void Emitter::pvTransposedDecode(Value j0, Value bk) {
         es.push_back(minI(add(e0, cI(x)), cI(d - 1)));
       // The next tile's part of these Vᵀ rows, into L2: d rows a tile apart
       // in memory are more streams than the hardware prefetchers follow.
-      if (r0 == 0) {
-        Value n = memref::DimOp::create(b_, loc_, f_.v, 1);
-        const int64_t perLine = 512 / elemOf(f_.v).getIntOrFloatBitWidth();
+      // f32: all of them at the start of the block. bf16 and int8 (twice
+      // and four times the keys per tile): spread over the key steps, at
+      // the 16 keys from jc each row's line at jc of the next tile (a line
+      // spans several steps: fetched at the first where jc is a constant,
+      // at each in a rolled loop). kv 16k, 6-8 rounds, time spread / at the
+      // start: bf16 Hkv 32 0.84-0.85x, decode_paired bf16 Hkv 8 0.92-0.96x;
+      // f32 Hkv 32 1.055x (2-core AMD EPYC Zen 5, MLIR/LLVM 22, 2026-11-28;
+      // README.md, the transposed V decode).
+      const int64_t bits = elemOf(f_.v).getIntOrFloatBitWidth();
+      const int64_t perLine = 512 / bits;
+      const bool spread = bits < 32;
+      Value vLast;
+      if (r0 == 0)
+        vLast = sub(memref::DimOp::create(b_, loc_, f_.v, 1), cI(1));
+      auto fetch = [&](Value e, Value o) {
+        memref::PrefetchOp::create(b_, loc_, f_.v,
+                                   ValueRange{e, minI(add(j0, o), vLast)},
+                                   /*isWrite=*/false, /*localityHint=*/2,
+                                   /*isDataCache=*/true);
+      };
+      if (r0 == 0 && !spread)
         for (Value e : es)
           for (int64_t o = 0; o < f_.bk; o += perLine)
-            memref::PrefetchOp::create(
-                b_, loc_, f_.v,
-                ValueRange{e, minI(add(j0, cI(f_.bk + o)), sub(n, cI(1)))},
-                /*isWrite=*/false, /*localityHint=*/2, /*isDataCache=*/true);
-      }
+            fetch(e, cI(f_.bk + o));
       auto step = [&](Value jc, ValueRange a) {
+        const std::optional<int64_t> jcConst = getConstantIntValue(jc);
+        if (r0 == 0 && spread && (!jcConst || *jcConst % perLine == 0))
+          for (Value e : es)
+            fetch(e, add(jc, cI(f_.bk)));
         SmallVector<Value> pv, out(a.begin(), a.end());
         for (int64_t y = 0; y < rb; ++y)
           pv.push_back(loadV(scores_, {cI(r0 + y), jc}, kLanes));

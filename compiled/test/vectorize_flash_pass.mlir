@@ -125,6 +125,21 @@
 // TV:     #[[ROLLED:.*]] = #llvm.loop_annotation<unroll = #[[UNROLL]]>
 // TV:     vector.fma
 // TV:     } {loop_annotation = #[[ROLLED]]}
+// The next tile's Vᵀ lines: f32 prefetches them all before the key loop
+// (none inside it); bf16 (twice the keys per tile) spreads them over the
+// loop's key steps.
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 1 --kv-heads 1 --q-len 1 --kv-len 100 --layout tv \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=TVF32
+// TVF32:       memref.prefetch %arg2
+// TVF32:       scf.for {{.*}} step %c16{{.*}} iter_args(
+// TVF32-NOT:   memref.prefetch %arg2
+// TVF32:       } {loop_annotation =
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 1 --kv-heads 1 --q-len 1 --kv-len 100 --layout tv --dtype bf16 \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=TVBF16
+// TVBF16-NOT:  memref.prefetch %arg2
+// TVBF16:      scf.for {{.*}} step %c16{{.*}} iter_args(
+// TVBF16:        memref.prefetch %arg2
+// TVBF16:      } {loop_annotation =
 // RUN: attnkit-compile --emit=llvm-ir --head-dim 32 --heads 1 --kv-heads 1 --q-len 1 --layout tv | FileCheck %s --check-prefix=TVLL
 // TVLL:   br label %{{.*}}, !llvm.loop ![[LOOP:[0-9]+]]
 // TVLL:   ![[LOOP]] = distinct !{![[LOOP]], ![[DISABLE:[0-9]+]]}
