@@ -506,12 +506,13 @@ struct PrefillKernel {
     }
     bool rescale = false;
     // P = exp2(S - m) with the row vectors inner: RV independent exp2
-    // chains per key (one vector's chain per key, key after key, left the
-    // FMA ports idle on its latency).
-    V m_use[RV], sum[RV];
+    // chains per key rather than one vector's chain key after key (S 2048
+    // bench rows 0.97-0.99x the time; a direct driver saw no difference:
+    // simd/README.md, "Softmax exp2 with the row vectors inner").
+    V m_new[RV], m_use[RV], sum[RV];
     for (int rv = 0; rv < RV; ++rv) {
-      m_use[rv] = X::UsableMax(
-          X::NewMax(X::Load(m + rv * W), X::Max(tmax[rv], tmax2[rv])));
+      m_new[rv] = X::NewMax(X::Load(m + rv * W), X::Max(tmax[rv], tmax2[rv]));
+      m_use[rv] = X::UsableMax(m_new[rv]);
       sum[rv] = X::Zero();
     }
     for (int64_t j = 0; j < nt; ++j)
@@ -522,8 +523,7 @@ struct PrefillKernel {
       }
     for (int rv = 0; rv < RV; ++rv) {
       const V m_old = X::Load(m + rv * W);
-      const V m_new = X::NewMax(m_old, X::Max(tmax[rv], tmax2[rv]));
-      if (!X::AllEqual(m_new, m_old)) {
+      if (!X::AllEqual(m_new[rv], m_old)) {
         rescale = true;
         const V alpha = X::Exp2(m_old - m_use[rv]);
         X::Store(ws + L.rescale + rv * W, alpha);
@@ -532,7 +532,7 @@ struct PrefillKernel {
         X::Store(ws + L.rescale + rv * W, X::Set(1.0f));
         X::Store(l + rv * W, X::Load(l + rv * W) + sum[rv]);
       }
-      X::Store(m + rv * W, m_new);
+      X::Store(m + rv * W, m_new[rv]);
     }
     if (i8) {
       for (int64_t j = 0; j < nt; ++j) {
