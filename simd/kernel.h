@@ -106,8 +106,8 @@ struct BlockJob {
   float scale_log2e = 1.0f;  // scale * log2(e): logits in log2 units, exp2
   float* partial = nullptr;  // null: write args->out; else PartialLayoutFor
   // The call's K/V outgrow the last-level cache (DecodeKvStreamsFromDram,
-  // SimdOptions::read_ahead_above_bytes): f32 decode items of several kv
-  // heads read their blocks ahead (decode_kernel.h, ReadAhead).
+  // SimdOptions::read_ahead_above_bytes): decode items of several kv heads
+  // read their blocks ahead (decode_kernel.h, Item::read_ahead).
   bool kv_from_dram = false;
   // Keys per prefill tile (PrefillTileKeysFor, SimdOptions::
   // prefill_tile_keys): 1..kMaxPrefillTileKeys, 64 or 128 unless forced.

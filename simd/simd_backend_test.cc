@@ -303,7 +303,8 @@ TEST_P(SimdIsaTest, DecodeI8EveryGroupSizeAndQueryDtype) {
 // half of them, with 3 an uneven split (the last item has fewer heads).
 // Every mask, both dtypes, ragged and empty sequences, 1-2 queries per
 // sequence (4-8 rows per head), and forced splits (the merge walks the rows
-// of all the item's heads). f32 items read their blocks ahead when the K/V
+// of all the item's heads). f32 items, and bf16 items of part of each
+// position row (2 and 3 threads), read their blocks ahead when the K/V
 // outgrow the cache: forced (1 byte) and as decided (these fit).
 TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
   for (int threads : {1, 2, 3}) {
@@ -336,21 +337,25 @@ TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
 
 // Wide BSHD position rows (Hkv 32, d 128, f32: 16 KiB): an item that reads
 // its blocks ahead takes P.V spans of 512 KiB, 32 keys, so a 128-key tile
-// is four of them and the last tile ends part way into one; forced (1 byte)
+// is four of them and the last tile ends part way into one; bf16 (8 KiB
+// rows, items of 16 of the 32 heads on 2 threads) 64 keys; forced (1 byte)
 // and as decided.
 TEST_P(SimdIsaTest, BshdReadAheadSpansShorterThanATile) {
   for (int64_t above : {int64_t{1}, LastLevelCacheBytes()}) {
     auto backend = Make(0, 2, above);
-    AttentionProblem p;
-    p.q_heads = 64;
-    p.kv_heads = 32;
-    p.head_dim = 128;
-    p.layout = KvLayout::kBSHD;
-    p.mask = MaskKind::kCausal;
-    p.q_lens = {1};
-    p.kv_lens = {300};
-    ExpectMatchesOracle(*backend, p, 61, ValueProfile::kNormal, 3);
-    if (HasFailure()) return;
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      AttentionProblem p;
+      p.q_heads = 64;
+      p.kv_heads = 32;
+      p.head_dim = 128;
+      p.dtype = dt;
+      p.layout = KvLayout::kBSHD;
+      p.mask = MaskKind::kCausal;
+      p.q_lens = {1};
+      p.kv_lens = {300};
+      ExpectMatchesOracle(*backend, p, 61, ValueProfile::kNormal, 3);
+      if (HasFailure()) return;
+    }
   }
 }
 
