@@ -63,9 +63,8 @@ struct DecodeKernel {
           dot(X::kBf16Dot && d % 32 == 0 &&
               (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkInPlace))),
           in_place(d % W == 0),
-          read_ahead(Micro::kQkInPlace && j.kv_heads > 1 && !tv && in_place &&
-                     j.kv_from_dram &&
-                     (kv == DType::kF32 || (bf16 && j.kv_heads < p.kv_heads))),
+          read_ahead(Micro::kQkInPlace &&
+                     BshdItemReadsAhead(p, j.kv_heads, W, j.kv_from_dram)),
           k_type(in_place ? kv : DType::kF32),
           esize(DTypeSize(kv)),
           ahead_keys(PrefetchKeys(d * esize)),
@@ -93,11 +92,9 @@ struct DecodeKernel {
     const bool dot;       // QK^T on vdpbf16ps: q bf16, K bf16 or int8
     const bool in_place;  // K and V rows read in place: d % W == 0
     // BSHD items of several kv heads of a call whose K/V outgrow the
-    // last-level cache (BlockJob::kv_from_dram): each block's rows read
-    // once in address order before its compute (ReadAhead), no software
-    // prefetch. f32, and bf16 where the item has part of each position row
-    // (the threads split the kv heads); bf16 items of whole rows prefetch
-    // (simd/README.md, "BSHD decode items").
+    // last-level cache (BshdItemReadsAhead, kernel.h): each block's rows
+    // read once in address order before its compute (ReadAhead), no
+    // software prefetch.
     const bool read_ahead;
     const DType k_type;  // K rows as QK^T reads them (widened in registers)
     const int64_t esize, ahead_keys;

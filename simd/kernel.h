@@ -56,6 +56,25 @@ static_assert(DecodeTileKeys(KvLayout::kTransposedV, DType::kI8) <=
                   kDecodeTileKeys &&
               DecodeTileKeys(KvLayout::kTransposedV, DType::kF32) == 128 &&
               DecodeTileKeys(KvLayout::kBHSD, DType::kI8) == 128);
+// Whether a BSHD decode item of `heads` adjacent kv heads reads each block
+// of its K and V rows once in address order before the block's compute
+// (ReadAhead, decode_kernel.h) instead of prefetching them: only for a call
+// whose K/V stream from DRAM (`kv_from_dram`, DecodeKvStreamsFromDram), on
+// the AVX-512 in-place QK^T micro-kernel (`vector_floats` 16, d a multiple
+// of it); f32 items, and bf16 items whose rows of one key span at least a
+// 4 KiB page (the compute then leaves page-sized gaps in the prefetched
+// stream; 2 KiB rows, Hkv 8 at d 128, prefetch: simd/README.md, "BSHD
+// decode items"). MakePlan sizes its items by the same rule.
+inline constexpr int64_t kBf16ReadAheadRowBytes = 4096;
+inline bool BshdItemReadsAhead(const AttentionProblem& p, int64_t heads,
+                               int vector_floats, bool kv_from_dram) {
+  const DType kv = p.KvDType();
+  return kv_from_dram && vector_floats == 16 && heads > 1 &&
+         p.layout == KvLayout::kBSHD && p.head_dim % vector_floats == 0 &&
+         (kv == DType::kF32 ||
+          (kv == DType::kBF16 &&
+           heads * p.head_dim * 2 >= kBf16ReadAheadRowBytes));
+}
 // Lazy rescale threshold in log2 units (see flash_impl.h).
 inline constexpr float kLazyRescaleLog2 = 8.0f;
 

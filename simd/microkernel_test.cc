@@ -423,6 +423,38 @@ TEST_P(MicroKernelTest, Exp2KeepsItsContract) {
   }
 }
 
+// Which BSHD decode items read their blocks ahead (BshdItemReadsAhead): f32
+// items of several kv heads; bf16 from 4 KiB of rows per key on (Hkv 16 and
+// up at d 128, not Hkv 8's 2 KiB); never int8, a single head, another
+// layout, a call whose K/V fit the cache, an ISA narrower than AVX-512 or a
+// head_dim the in-place micro-kernel does not take.
+TEST(BshdItemReadsAheadTest, FollowsTheMeasuredRule) {
+  AttentionProblem p;
+  p.layout = KvLayout::kBSHD;
+  p.head_dim = 128;
+  p.kv_heads = 32;
+  EXPECT_TRUE(BshdItemReadsAhead(p, 8, 16, true));
+  EXPECT_TRUE(BshdItemReadsAhead(p, 2, 16, true));
+  EXPECT_FALSE(BshdItemReadsAhead(p, 1, 16, true));
+  EXPECT_FALSE(BshdItemReadsAhead(p, 8, 16, false));
+  EXPECT_FALSE(BshdItemReadsAhead(p, 8, 8, true));
+  p.dtype = DType::kBF16;
+  EXPECT_FALSE(BshdItemReadsAhead(p, 8, 16, true));
+  EXPECT_TRUE(BshdItemReadsAhead(p, 16, 16, true));
+  EXPECT_TRUE(BshdItemReadsAhead(p, 32, 16, true));
+  p.kv_dtype = DType::kI8;
+  EXPECT_FALSE(BshdItemReadsAhead(p, 32, 16, true));
+  p.kv_dtype.reset();
+  p.layout = KvLayout::kBHSD;
+  EXPECT_FALSE(BshdItemReadsAhead(p, 32, 16, true));
+  p.layout = KvLayout::kTransposedV;
+  EXPECT_FALSE(BshdItemReadsAhead(p, 32, 16, true));
+  p.layout = KvLayout::kBSHD;
+  p.dtype = DType::kF32;
+  p.head_dim = 120;
+  EXPECT_FALSE(BshdItemReadsAhead(p, 32, 16, true));
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, MicroKernelTest,
                          ::testing::Values(Isa::kScalar, Isa::kAvx2,
                                            Isa::kAvx512, Isa::kAvx512Bf16),

@@ -123,9 +123,12 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   // head (the decode path) and enough items left for the threads -- counting kv
   // splits: with fewer sequences than threads, keys enough for a split per
   // thread, and a thread's share of a position's row under a split by heads
-  // shorter than a 4 KiB page, an item takes as many kv heads as its rows allow
-  // and the threads split its keys, so each reads whole position rows
-  // (simd/README.md, "BSHD decode items").
+  // shorter than a 4 KiB page -- or items that read their blocks ahead
+  // (BshdItemReadsAhead), whatever the row -- an item takes as many kv heads
+  // as its rows allow and the threads split its keys, so each reads whole
+  // position rows (simd/README.md, "BSHD decode items").
+  plan.kv_from_dram =
+      DecodeKvStreamsFromDram(p, options_.read_ahead_above_bytes);
   int64_t max_q = 0;
   for (const int64_t q : p.q_lens) max_q = std::max(max_q, q);
   const int64_t head_rows =
@@ -135,9 +138,11 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
     constexpr int64_t kPageBytes = 4096;
     const int64_t most = std::min(p.kv_heads, max_rows / head_rows);
     const int64_t row_bytes = p.kv_heads * p.head_dim * DTypeSize(p.KvDType());
-    const bool split_keys = p.batch < threads &&
-                            p.max_kv_len() >= threads * kMinKeysPerSplit &&
-                            row_bytes / threads < kPageBytes;
+    const bool split_keys =
+        p.batch < threads && p.max_kv_len() >= threads * kMinKeysPerSplit &&
+        (row_bytes / threads < kPageBytes ||
+         internal::BshdItemReadsAhead(p, most, ops_->vector_floats,
+                                      plan.kv_from_dram));
     plan.kv_heads = split_keys ? most
                                : std::clamp<int64_t>(
                                      p.kv_heads * p.batch / threads, 1, most);
@@ -156,8 +161,6 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   plan.total_base = total;
   plan.kv =
       PlanKvSplits(total, threads, p.max_kv_len(), options_.force_kv_splits);
-  plan.kv_from_dram =
-      DecodeKvStreamsFromDram(p, options_.read_ahead_above_bytes);
   return plan;
 }
 

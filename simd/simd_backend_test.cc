@@ -359,6 +359,33 @@ TEST_P(SimdIsaTest, BshdReadAheadSpansShorterThanATile) {
   }
 }
 
+// Wide BSHD position rows whose items read ahead (Hkv 32, d 128: f32 16 KiB,
+// bf16 8 KiB; forced, 1 byte) take whole rows and split the keys even though
+// a thread's half of a row outgrows a 4 KiB page (MakePlan); as decided
+// (these fit the cache) the threads split the kv heads. Hkv 8 bf16 (2 KiB
+// rows) takes whole rows either way and prefetches.
+TEST_P(SimdIsaTest, BshdWideRowsReadAheadSplitTheirKeys) {
+  for (int64_t above : {int64_t{1}, LastLevelCacheBytes()}) {
+    auto backend = Make(0, 2, above);
+    for (int64_t hkv : {32, 8}) {
+      for (DType dt : {DType::kF32, DType::kBF16}) {
+        AttentionProblem p;
+        p.q_heads = hkv;
+        p.kv_heads = hkv;
+        p.head_dim = 128;
+        p.dtype = dt;
+        p.layout = KvLayout::kBSHD;
+        p.mask = MaskKind::kCausal;
+        p.q_lens = {1};
+        p.kv_lens = {1300};
+        ExpectMatchesOracle(*backend, p, 70 + static_cast<int>(hkv),
+                            ValueProfile::kNormal, 3);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 // Fewer sequences than threads and long enough contexts: one BSHD item
 // takes all its kv heads and the threads split its keys (MakePlan); the
 // merge of those splits, every mask, f32 / bf16 / i8 K/V, and a ragged
