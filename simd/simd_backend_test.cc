@@ -335,52 +335,32 @@ TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
   }
 }
 
-// Wide BSHD position rows (Hkv 32, d 128, f32: 16 KiB): an item that reads
-// its blocks ahead takes P.V spans of 512 KiB, 32 keys, so a 128-key tile
-// is four of them and the last tile ends part way into one; bf16 (8 KiB
-// rows, items of 16 of the 32 heads on 2 threads) 64 keys; forced (1 byte)
-// and as decided.
-TEST_P(SimdIsaTest, BshdReadAheadSpansShorterThanATile) {
-  for (int64_t above : {int64_t{1}, LastLevelCacheBytes()}) {
-    auto backend = Make(0, 2, above);
-    for (DType dt : {DType::kF32, DType::kBF16}) {
-      AttentionProblem p;
-      p.q_heads = 64;
-      p.kv_heads = 32;
-      p.head_dim = 128;
-      p.dtype = dt;
-      p.layout = KvLayout::kBSHD;
-      p.mask = MaskKind::kCausal;
-      p.q_lens = {1};
-      p.kv_lens = {300};
-      ExpectMatchesOracle(*backend, p, 61, ValueProfile::kNormal, 3);
-      if (HasFailure()) return;
-    }
-  }
-}
-
-// Wide BSHD position rows whose items read ahead (Hkv 32, d 128: f32 16 KiB,
-// bf16 8 KiB; forced, 1 byte) take whole rows and split the keys even though
-// a thread's half of a row outgrows a 4 KiB page (MakePlan); as decided
-// (these fit the cache) the threads split the kv heads. Hkv 8 bf16 (2 KiB
+// BSHD items that read their blocks ahead, forced (1 byte) and as decided.
+// Wide position rows (Hkv 32, d 128: f32 16 KiB, bf16 8 KiB): at kv 300
+// (too few keys to split) the threads split the kv heads, and P.V spans of
+// 512 KiB (f32 32 keys, bf16 64) leave a 128-key tile part way into one; at
+// kv 1300 an item takes whole rows and the threads split the keys even
+// though half a row outgrows a 4 KiB page (MakePlan). Hkv 8 bf16 (2 KiB
 // rows) takes whole rows either way and prefetches.
-TEST_P(SimdIsaTest, BshdWideRowsReadAheadSplitTheirKeys) {
+TEST_P(SimdIsaTest, BshdReadAheadItems) {
   for (int64_t above : {int64_t{1}, LastLevelCacheBytes()}) {
     auto backend = Make(0, 2, above);
-    for (int64_t hkv : {32, 8}) {
-      for (DType dt : {DType::kF32, DType::kBF16}) {
-        AttentionProblem p;
-        p.q_heads = hkv;
-        p.kv_heads = hkv;
-        p.head_dim = 128;
-        p.dtype = dt;
-        p.layout = KvLayout::kBSHD;
-        p.mask = MaskKind::kCausal;
-        p.q_lens = {1};
-        p.kv_lens = {1300};
-        ExpectMatchesOracle(*backend, p, 70 + static_cast<int>(hkv),
-                            ValueProfile::kNormal, 3);
-        if (HasFailure()) return;
+    for (int64_t kv : {300, 1300}) {
+      for (int64_t hkv : {32, 8}) {
+        for (DType dt : {DType::kF32, DType::kBF16}) {
+          AttentionProblem p;
+          p.q_heads = 2 * hkv;
+          p.kv_heads = hkv;
+          p.head_dim = 128;
+          p.dtype = dt;
+          p.layout = KvLayout::kBSHD;
+          p.mask = MaskKind::kCausal;
+          p.q_lens = {1};
+          p.kv_lens = {kv};
+          ExpectMatchesOracle(*backend, p, static_cast<int>(kv + hkv),
+                              ValueProfile::kNormal, 3);
+          if (HasFailure()) return;
+        }
       }
     }
   }
