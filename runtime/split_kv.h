@@ -77,8 +77,9 @@ int64_t KvBytes(const AttentionProblem& p);
 // (`bench ab`, 6-8 rounds, 2-core AMD EPYC Zen 5 with a 32 MiB L3, GCC
 // 12.2, MLIR/LLVM 22, 2026-11-28; README.md, the compiled decode). The
 // simd kernel keeps its prefetch there (no consistent gain measured); its
-// BSHD items of several kv heads (f32; bf16 of part of each position
-// row) read ahead by the same rule (simd/README.md, "BSHD decode items").
+// BSHD items of several kv heads read ahead by the same rule where
+// simd/kernel.h's BshdItemReadsAhead allows (f32; bf16 from 4 KiB of rows
+// per key; simd/README.md, "BSHD decode items").
 bool DecodeKvStreamsFromDram(const AttentionProblem& p,
                              int64_t llc_bytes = LastLevelCacheBytes());
 

@@ -385,12 +385,12 @@ struct DecodeKernel {
   // Reads each line of the item's kv heads' rows of the keys [j, j + n) of
   // `v` once, in address order: one run per key where the heads' rows are
   // adjacent (BSHD), one for the block where the keys' runs are too. The
-  // block's compute then reads them, head by head, from the caches. f32
-  // BSHD items of several kv heads read their blocks so instead of
-  // prefetching in software: the compute's order (each head's 16 rows, 4 KiB
-  // apart, then the next head's) streamed from DRAM at about two thirds of
-  // an address-order pass, prefetched or not (simd/README.md, "BSHD decode
-  // items").
+  // block's compute then reads them, head by head, from the caches. BSHD
+  // items of several kv heads (BshdItemReadsAhead, kernel.h) read their
+  // blocks so instead of prefetching in software: the compute's order (each
+  // head's 16 rows, 4 KiB apart, then the next head's) streamed from DRAM at
+  // about two thirds of an address-order pass, prefetched or not
+  // (simd/README.md, "BSHD decode items").
   ATTNKIT_SIMD_STEP static void ReadAhead(const Item& it, const TensorView& v,
                                           const char* data, int64_t j,
                                           int64_t n) {

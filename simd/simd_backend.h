@@ -44,7 +44,7 @@ struct SimdOptions {
   // thread count; n >= 1 forces n splits per work item (tests).
   int force_kv_splits = 0;
   // Decode items of several kv heads (BSHD) over f32 K/V larger than this
-  // (bf16: items of part of each position row) read each block ahead
+  // (bf16: see BshdItemReadsAhead in kernel.h) read each block ahead
   // instead of prefetching it
   // (DecodeKvStreamsFromDram, runtime/split_kv.h; ReadAhead in
   // decode_kernel.h). Tests set 1 to run that path on small shapes.
