@@ -395,7 +395,7 @@ struct DecodeKernel {
                                           const char* data, int64_t j,
                                           int64_t n) {
     const int64_t bytes = it.d * it.esize, heads = it.job.kv_heads;
-    const bool heads_adjacent = heads == 1 || v.strides[1] * it.esize == bytes;
+    const bool heads_adjacent = v.strides[1] * it.esize == bytes;
     const int64_t key_run = heads_adjacent ? heads * bytes : bytes;
     const int64_t runs = heads_adjacent ? 1 : heads;
     auto at = [&](int64_t hk, int64_t k) {

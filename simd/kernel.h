@@ -73,7 +73,7 @@ inline bool BshdItemReadsAhead(const AttentionProblem& p, int64_t heads,
          p.layout == KvLayout::kBSHD && p.head_dim % vector_floats == 0 &&
          (kv == DType::kF32 ||
           (kv == DType::kBF16 &&
-           heads * p.head_dim * 2 >= kBf16ReadAheadRowBytes));
+           heads * p.head_dim * DTypeSize(kv) >= kBf16ReadAheadRowBytes));
 }
 // Lazy rescale threshold in log2 units (see flash_impl.h).
 inline constexpr float kLazyRescaleLog2 = 8.0f;

@@ -303,9 +303,9 @@ TEST_P(SimdIsaTest, DecodeI8EveryGroupSizeAndQueryDtype) {
 // half of them, with 3 an uneven split (the last item has fewer heads).
 // Every mask, both dtypes, ragged and empty sequences, 1-2 queries per
 // sequence (4-8 rows per head), and forced splits (the merge walks the rows
-// of all the item's heads). f32 items, and bf16 items of part of each
-// position row (2 and 3 threads), read their blocks ahead when the K/V
-// outgrow the cache: forced (1 byte) and as decided (these fit).
+// of all the item's heads). f32 items read their blocks ahead when the K/V
+// outgrow the cache (bf16 rows here are too short to: BshdReadAheadItems):
+// forced (1 byte) and as decided (these fit).
 TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
   for (int threads : {1, 2, 3}) {
     for (int splits : {0, 3}) {
