@@ -656,8 +656,13 @@ struct DecodeKernel {
       // read their blocks ahead take blocks of up to 512 KiB (a whole
       // 128-key tile at f32 Hkv 8): the block is in L2 once read, and the
       // fewer calls per head pay (simd/README.md, "BSHD read-ahead spans").
+      // But position rows of 8 KiB and more (Hkv 32 at d 128) read ahead W
+      // keys at a time, as their K blocks are: 128 KiB or more per block,
+      // and the longer spans measured slower there.
       const int64_t row_bytes = a.v.strides[2] * it.esize;
-      const int64_t span_bytes = int64_t{it.read_ahead ? 512 : 64} << 10;
+      const int64_t span_bytes =
+          int64_t{!it.read_ahead ? 64 : row_bytes >= (8 << 10) ? 128 : 512}
+          << 10;
       const int64_t span = std::clamp<int64_t>(
           span_bytes / std::max<int64_t>(row_bytes, 1) / W * W, W, it.tile);
       for (int64_t j = 0; j < t.nt; j += span) {
