@@ -59,7 +59,7 @@ struct DecodeKernel {
           bf16(kv == DType::kBF16),
           i8(kv == DType::kI8),
           tv(p.layout == KvLayout::kTransposedV),
-          tile(DecodeTileKeys(p.layout, kv)),
+          tile(DecodeTileKeys(p.layout, kv, R)),
           dot(X::kBf16Dot && d % 32 == 0 &&
               (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkInPlace))),
           in_place(d % W == 0),

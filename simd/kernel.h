@@ -35,27 +35,38 @@ inline constexpr int64_t kMinL1ForLongPrefillTiles = int64_t{48} << 10;
 constexpr int64_t PrefillTileKeysFor(int64_t l1d_bytes) {
   return l1d_bytes >= kMinL1ForLongPrefillTiles ? kMaxPrefillTileKeys : 64;
 }
-// Keys per tile of the decode path (d along the lanes, few rows). Longer tiles
-// amortize the per-tile softmax reductions (and the haddp of P.V over
-// transposed V); shorter ones keep the K and V streams from DRAM both moving
-// (each tile reads K, then V): 128 read fastest of 64, 128 and 256
-// (simd/README.md, "Decode tile length"). Transposed V instead reads a
-// d-row slice of V^T per tile, one run of tile x element bytes per row, rows
-// a whole cache apart: it takes the keys that make those runs 512 B
-// (TransposedVDecodeTileKeys, runtime/split_kv.h: f32 128, bf16 and int8
-// 256).
+// Keys per tile of the decode path (d along the lanes, few rows) for an item
+// of `rows` rows. Longer tiles amortize the per-tile softmax reductions (and
+// the haddp of P.V over transposed V); shorter ones keep the K and V streams
+// from DRAM both moving (each tile reads K, then V). 128 by default; BHSD
+// items of f32 or bf16 K/V and up to kLongDecodeTileRows rows (a GQA group
+// of 4 or fewer, MHA) take 256, which on a 48 KiB-L1 Zen 5 read 0.92-0.98x
+// the time of 128 (int8 within noise; simd/README.md, "Decode tile
+// length"). Transposed V instead reads a d-row slice of V^T per tile, one
+// run of tile x element bytes per row, rows a whole cache apart: it takes
+// the keys that make those runs 512 B (TransposedVDecodeTileKeys,
+// runtime/split_kv.h: f32 128, bf16 and int8 256).
 // kDecodeTileKeys: the longest decode tile (the workspace's S / P and V^T
 // regions). An item's S / P rows are its own tile apart: with a 256 stride
 // for every layout, BSHD items (16-64 rows, whose S then no longer fits in
 // L1) read 1.07-1.11x slower (simd/README.md, "Transposed V: 512-byte runs").
 inline constexpr int64_t kDecodeTileKeys = 256;
-constexpr int64_t DecodeTileKeys(KvLayout layout, DType kv) {
-  return layout == KvLayout::kTransposedV ? TransposedVDecodeTileKeys(kv) : 128;
+inline constexpr int64_t kLongDecodeTileRows = 4;
+constexpr int64_t DecodeTileKeys(KvLayout layout, DType kv, int64_t rows) {
+  if (layout == KvLayout::kTransposedV) return TransposedVDecodeTileKeys(kv);
+  return layout == KvLayout::kBHSD && kv != DType::kI8 &&
+                 rows <= kLongDecodeTileRows
+             ? 256
+             : 128;
 }
-static_assert(DecodeTileKeys(KvLayout::kTransposedV, DType::kI8) <=
+static_assert(DecodeTileKeys(KvLayout::kTransposedV, DType::kI8, 1) <=
                   kDecodeTileKeys &&
-              DecodeTileKeys(KvLayout::kTransposedV, DType::kF32) == 128 &&
-              DecodeTileKeys(KvLayout::kBHSD, DType::kI8) == 128);
+              DecodeTileKeys(KvLayout::kTransposedV, DType::kF32, 1) == 128 &&
+              DecodeTileKeys(KvLayout::kBHSD, DType::kI8, 4) == 128 &&
+              DecodeTileKeys(KvLayout::kBHSD, DType::kBF16, 4) ==
+                  kDecodeTileKeys &&
+              DecodeTileKeys(KvLayout::kBHSD, DType::kF32, 5) == 128 &&
+              DecodeTileKeys(KvLayout::kBSHD, DType::kF32, 1) == 128);
 // Whether a BSHD decode item of `heads` adjacent kv heads reads each block
 // of its K and V rows once in address order before the block's compute
 // (ReadAhead, decode_kernel.h) instead of prefetching them: only for a call
