@@ -40,12 +40,12 @@ constexpr int64_t PrefillTileKeysFor(int64_t l1d_bytes) {
 // the haddp of P.V over transposed V); shorter ones keep the K and V streams
 // from DRAM both moving (each tile reads K, then V). 128 by default; BHSD
 // items of f32 or bf16 K/V and up to kLongDecodeTileRows rows (a GQA group
-// of 4 or fewer, MHA) take 256, which on a 48 KiB-L1 Zen 5 read 0.92-0.98x
-// the time of 128 (int8 within noise; simd/README.md, "Decode tile
-// length"). Transposed V instead reads a d-row slice of V^T per tile, one
-// run of tile x element bytes per row, rows a whole cache apart: it takes
-// the keys that make those runs 512 B (TransposedVDecodeTileKeys,
-// runtime/split_kv.h: f32 128, bf16 and int8 256).
+// of 4 or fewer, MHA) take 256, which read 0.92-0.99x the time of 128 (2-core
+// AMD EPYC Zen 5, 48 KiB L1D, GCC 12.2, 2026-11-28; int8 within noise:
+// simd/README.md, "Decode tile length"). Transposed V instead reads a d-row
+// slice of V^T per tile, one run of tile x element bytes per row, rows a whole
+// cache apart: it takes the keys that make those runs 512 B
+// (TransposedVDecodeTileKeys, runtime/split_kv.h: f32 128, bf16 and int8 256).
 // kDecodeTileKeys: the longest decode tile (the workspace's S / P and V^T
 // regions). An item's S / P rows are its own tile apart: with a 256 stride
 // for every layout, BSHD items (16-64 rows, whose S then no longer fits in
