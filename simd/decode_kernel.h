@@ -660,12 +660,13 @@ struct DecodeKernel {
       // keys at a time, as their K blocks are: 128 KiB or more per block,
       // and the longer spans measured slower there.
       const int64_t row_bytes = a.v.strides[2] * it.esize;
-      const int64_t span_bytes = int64_t{!it.read_ahead           ? 64
-                                         : row_bytes >= (8 << 10) ? 128
-                                                                  : 512}
-                                 << 10;
-      const int64_t span = std::clamp<int64_t>(
-          span_bytes / std::max<int64_t>(row_bytes, 1) / W * W, W, it.tile);
+      const int64_t span_bytes = int64_t{it.read_ahead ? 512 : 64} << 10;
+      const int64_t span =
+          it.read_ahead && row_bytes >= (8 << 10)
+              ? W
+              : std::clamp<int64_t>(
+                    span_bytes / std::max<int64_t>(row_bytes, 1) / W * W, W,
+                    it.tile);
       for (int64_t j = 0; j < t.nt; j += span) {
         const int64_t nj = t.nt - j < span ? t.nt - j : span;
         if (it.read_ahead) ReadAhead(it, a.v, it.vdata, t.j0 + j, nj);

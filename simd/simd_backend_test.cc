@@ -337,11 +337,12 @@ TEST_P(SimdIsaTest, BshdDecodeItemsSpanningKvHeads) {
 
 // BSHD items that read their blocks ahead, forced (1 byte) and as decided.
 // Wide position rows (Hkv 32, d 128: f32 16 KiB, bf16 8 KiB): at kv 300
-// (too few keys to split) the threads split the kv heads, and P.V spans of
-// 512 KiB (f32 32 keys, bf16 64) leave a 128-key tile part way into one; at
-// kv 1300 an item takes whole rows and the threads split the keys even
-// though half a row outgrows a 4 KiB page (MakePlan). Hkv 8 bf16 (2 KiB
-// rows) takes whole rows either way and prefetches.
+// (too few keys to split) the threads split the kv heads; at kv 1300 an
+// item takes whole rows (read ahead in P.V spans of 16 keys, the last tile's
+// ending part way into one) and the threads split the keys even though half
+// a row outgrows a 4 KiB page (MakePlan). Hkv 8 f32 (4 KiB rows) reads P.V
+// spans of a whole tile; Hkv 8 bf16 (2 KiB rows) takes whole rows either
+// way and prefetches.
 TEST_P(SimdIsaTest, BshdReadAheadItems) {
   for (int64_t above : {int64_t{1}, LastLevelCacheBytes()}) {
     auto backend = Make(0, 2, above);
