@@ -59,7 +59,7 @@ struct DecodeKernel {
           bf16(kv == DType::kBF16),
           i8(kv == DType::kI8),
           tv(p.layout == KvLayout::kTransposedV),
-          tile(DecodeTileKeys(p.layout, kv, R)),
+          tile(DecodeTileKeys(p.layout, kv, R, W)),
           dot(X::kBf16Dot && d % 32 == 0 &&
               (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkInPlace))),
           in_place(d % W == 0),
@@ -196,9 +196,25 @@ struct DecodeKernel {
         it.a.v.strides[3] * it.esize, ne, nk * it.esize};
   }
 
+  // Transposed V on AVX-512: the heads of V^T rows [e0, e0 + W) (up to d)
+  // of kv head kvh in this tile's keys from key j, up to kTvAheadBytes each:
+  // what P.V reads after the rows it dots now. The rest of each run (a long
+  // tile's 4-8 KiB) the hardware prefetchers stream once they see its head.
+  static constexpr int64_t kTvAheadBytes = 1024;
+  ATTNKIT_SIMD_STEP static AheadRows NextBlockVt(const Item& it, const Tile& t,
+                                                 int64_t kvh, int64_t e0,
+                                                 int64_t j, int64_t n) {
+    if (e0 >= it.d || n <= 0) return AheadRows{};
+    const int64_t bytes = n * it.esize;
+    return AheadRows{
+        it.vdata + it.a.v.Offset(it.job.batch, kvh, t.j0 + j, e0) * it.esize,
+        it.a.v.strides[3] * it.esize, it.d - e0 < W ? it.d - e0 : W,
+        bytes < kTvAheadBytes ? bytes : kTvAheadBytes};
+  }
+
   // Narrower ISAs: the next tile's V^T rows prefetched a part per W keys of
   // this tile's QK^T (nothing for other layouts). On AVX-512
-  // PvTransposedRows fetches them during P.V instead.
+  // PvTransposedRows fetches the next rows' heads during P.V instead.
   ATTNKIT_SIMD_STEP static void PrefetchNextVt(const Item& it, const Tile& t,
                                                int64_t kvh, int64_t jb) {
     if (!it.tv) return;
@@ -482,31 +498,35 @@ struct DecodeKernel {
   }
 
   // O += P V for transposed V: V^T rows (one per e) along the keys, dotted
-  // with P rows, W of e at a time, reduced by haddp. A full f32 tile is read
-  // in place; a tail or bf16 tile is widened into zero-padded rows.
+  // with P rows, W of e at a time, reduced by haddp. Whole vectors of keys
+  // are read in place; a tail's last partial vector is widened into
+  // zero-padded rows.
 #if defined(__AVX512F__)
   // O[r][e] += P[r] . V^T[e] has QK^T's shape -- P rows for the q rows,
   // V^T rows (along the keys) for the K rows -- so on AVX-512 it runs on
   // QkInPlace, 16 of e at a time: each V^T vector is loaded (and widened)
-  // once for all the kv head's rows. V^T rows of policy Q's type at
-  // v + e * vs, ntp keys each.
+  // once for all the kv head's rows. The tile's keys [j, j + n) (n a
+  // multiple of W): V^T rows of policy Q's type at v + e * vs, n keys each;
+  // `ahead`: whether each block of 16 rows prefetches the next block's
+  // (NextBlockVt).
   template <class Q>
   ATTNKIT_SIMD_STEP static void PvTransposedRows(const Item& it, const Tile& t,
                                                  int64_t kvh, const char* v,
-                                                 int64_t vs, int64_t s0) {
+                                                 int64_t vs, int64_t s0,
+                                                 int64_t j, int64_t n,
+                                                 bool ahead) {
     const int64_t d = it.d;
     const int64_t vbytes = vs * static_cast<int64_t>(sizeof(typename Q::K));
     for (int64_t e0 = 0; e0 < d; e0 += W) {
       const int64_t ne = d - e0 < W ? d - e0 : W;
-      // The next tile's part of these V^T rows, one row per row of V^T the
-      // first row group dots (spread over the P.V work, see AheadRows).
-      const KeyBlock vb{v + e0 * vbytes,
-                        vs,
-                        ne,
-                        s0,
-                        _mm512_set1_ps(1.0f),
-                        NextVtRows(it, t, kvh, e0, ne)};
-      DotRowGroups<Q>(it, it.sm, it.tile, t.ntp, vb, it.o + s0 * it.De + e0,
+      const KeyBlock vb{
+          v + e0 * vbytes,
+          vs,
+          ne,
+          s0,
+          _mm512_set1_ps(1.0f),
+          ahead ? NextBlockVt(it, t, kvh, e0 + W, j, n) : AheadRows{}};
+      DotRowGroups<Q>(it, it.sm + j, it.tile, n, vb, it.o + s0 * it.De + e0,
                       it.De, true);
     }
   }
@@ -517,23 +537,31 @@ struct DecodeKernel {
     if constexpr (Micro::kQkInPlace) {
       const AttentionArgs& a = it.a;
       using M = Micro;
-      if (t.nt == t.ntp) {  // a whole tile: V^T read in place
+      // The whole vectors of keys, V^T read in place.
+      const int64_t whole = t.nt / W * W;
+      if (whole > 0) {
         const char* v =
             it.vdata + a.v.Offset(it.job.batch, kvh, t.j0, 0) * it.esize;
         const int64_t vs = a.v.strides[3];
-        if (it.i8)
-          return PvTransposedRows<typename M::template QkF32Q<int8_t>>(
-              it, t, kvh, v, vs, s0);
-        if (it.bf16)
-          return PvTransposedRows<typename M::template QkF32Q<uint16_t>>(
-              it, t, kvh, v, vs, s0);
-        return PvTransposedRows<typename M::template QkF32Q<float>>(it, t, kvh,
-                                                                    v, vs, s0);
+        if (it.i8) {
+          PvTransposedRows<typename M::template QkF32Q<int8_t>>(
+              it, t, kvh, v, vs, s0, 0, whole, true);
+        } else if (it.bf16) {
+          PvTransposedRows<typename M::template QkF32Q<uint16_t>>(
+              it, t, kvh, v, vs, s0, 0, whole, true);
+        } else {
+          PvTransposedRows<typename M::template QkF32Q<float>>(
+              it, t, kvh, v, vs, s0, 0, whole, true);
+        }
       }
-      // The last tile: widened and zero-padded.
-      return PvTransposedRows<typename M::template QkF32Q<float>>(
-          it, t, kvh, reinterpret_cast<const char*>(WidenVt(it, t, kvh)),
-          it.tile, s0);
+      // A last partial vector: widened and zero-padded to W keys.
+      if (whole < t.nt) {
+        PvTransposedRows<typename M::template QkF32Q<float>>(
+            it, t, kvh,
+            reinterpret_cast<const char*>(
+                WidenVt(it, t, kvh, whole, t.nt - whole, W)),
+            W, s0, whole, W, false);
+      }
     } else
 #endif
     {
@@ -541,15 +569,16 @@ struct DecodeKernel {
     }
   }
 
-  // The tile's V^T rows (d of them, it.tile apart) widened to f32 in the
-  // workspace, zero past the tile's keys up to ntp.
+  // The tile's V^T rows (d of them) at keys [j, j + n) widened to f32 in the
+  // workspace, rows of `len` (>= n) floats, zero past the n keys.
   ATTNKIT_SIMD_STEP static const float* WidenVt(const Item& it, const Tile& t,
-                                                int64_t kvh) {
+                                                int64_t kvh, int64_t j,
+                                                int64_t n, int64_t len) {
     const AttentionArgs& a = it.a;
     for (int64_t e = 0; e < it.d; ++e) {
-      LoadRow(a.v, a.v.Offset(it.job.batch, kvh, t.j0, e), 1, t.nt,
-              it.vw + e * it.tile);
-      ZeroFloats(it.vw + e * it.tile + t.nt, t.ntp - t.nt);
+      LoadRow(a.v, a.v.Offset(it.job.batch, kvh, t.j0 + j, e), 1, n,
+              it.vw + e * len);
+      ZeroFloats(it.vw + e * len + n, len - n);
     }
     return it.vw;
   }
@@ -567,7 +596,7 @@ struct DecodeKernel {
       vbase = a.v.As<float>() + a.v.Offset(it.job.batch, kvh, t.j0, 0);
       vs = a.v.strides[3];
     } else {
-      vbase = WidenVt(it, t, kvh);
+      vbase = WidenVt(it, t, kvh, 0, t.nt, it.tile);
     }
     for (int64_t r = s0; r < s0 + it.Rh; ++r) {
       const float* pr = it.sm + r * it.tile;

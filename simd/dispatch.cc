@@ -19,8 +19,9 @@ WorkspaceLayout ComputeLayout(int64_t head_dim) {
   };
   L.queries = take(rows * dp);
   // S^T of the prefill path [kMaxPrefillTileKeys][rows], or S of the decode
-  // path [rows][kDecodeTileKeys] (up to kMaxRows rows when a job spans kv
-  // heads).
+  // path [rows][tile] (up to kMaxRows rows when a job spans kv heads; a long
+  // transposed-V tile only for rows x tile within kMaxRows x kDecodeTileKeys:
+  // DecodeTileKeys).
   L.scores = take(static_cast<size_t>(kMaxPrefillTileKeys > kDecodeTileKeys
                                           ? kMaxPrefillTileKeys
                                           : kDecodeTileKeys) *
@@ -31,7 +32,7 @@ WorkspaceLayout ComputeLayout(int64_t head_dim) {
   L.row_max = take(rows);
   L.row_sum = take(rows);
   L.rescale = take(rows);
-  L.zeros = take(static_cast<size_t>(kDecodeTileKeys) + dp);
+  L.zeros = take(static_cast<size_t>(kLongTvTileKeys) + dp);
   L.total = at;
   return L;
 }

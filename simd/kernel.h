@@ -44,29 +44,55 @@ constexpr int64_t PrefillTileKeysFor(int64_t l1d_bytes) {
 // AMD EPYC Zen 5, 48 KiB L1D, GCC 12.2, 2026-11-28; int8 within noise:
 // simd/README.md, "Decode tile length"). Transposed V instead reads a d-row
 // slice of V^T per tile, one run of tile x element bytes per row, rows a whole
-// cache apart: it takes the keys that make those runs 512 B
-// (TransposedVDecodeTileKeys, runtime/split_kv.h: f32 128, bf16 and int8 256).
-// kDecodeTileKeys: the longest decode tile (the workspace's S / P and V^T
-// regions). An item's S / P rows are its own tile apart: with a 256 stride
-// for every layout, BSHD items (16-64 rows, whose S then no longer fits in
-// L1) read 1.07-1.11x slower (simd/README.md, "Transposed V: 512-byte runs").
+// cache apart. Narrower ISAs take the keys that make those runs 512 B
+// (TransposedVDecodeTileKeys, runtime/split_kv.h: f32 128, bf16 and int8 256)
+// and prefetch the next tile's runs during QK^T. On AVX-512 (`vector_floats`
+// 16: P.V over V^T on the QK^T micro-kernel, 16 V^T rows at a time, the next
+// 16 rows' heads prefetched) a tv tile is kLongTvTileKeys long -- 8 KiB runs
+// of f32, 4 KiB of bf16, which the hardware prefetchers stream -- or as long
+// as the rows' S / P fit the workspace's kMaxRows x kDecodeTileKeys: f32 and
+// bf16 tv decode_paired kv 16k Hkv 8 68 -> 81% and 73 -> 80% of the paired
+// read pass, decode Hkv 32 0.79-0.87x the time (2-core AMD EPYC Zen 5,
+// GCC 12.2, 2026-11-28; simd/README.md, "Transposed V: long runs").
+// kDecodeTileKeys: the longest decode tile of the other layouts (the
+// workspace's S / P and V^T regions). An item's S / P rows are its own tile
+// apart: with a 256 stride for every layout, BSHD items (16-64 rows, whose S
+// then no longer fits in L1) read 1.07-1.11x slower (simd/README.md,
+// "Transposed V: 512-byte runs").
 inline constexpr int64_t kDecodeTileKeys = 256;
+inline constexpr int64_t kLongTvTileKeys = 2048;
 inline constexpr int64_t kLongDecodeTileRows = 4;
-constexpr int64_t DecodeTileKeys(KvLayout layout, DType kv, int64_t rows) {
-  if (layout == KvLayout::kTransposedV) return TransposedVDecodeTileKeys(kv);
+constexpr int64_t DecodeTileKeys(KvLayout layout, DType kv, int64_t rows,
+                                 int vector_floats) {
+  if (layout == KvLayout::kTransposedV) {
+    const int64_t runs = TransposedVDecodeTileKeys(kv);
+    if (vector_floats != 16) return runs;
+    const int64_t fit = kDecodeTileKeys * kMaxRows / (rows > 0 ? rows : 1);
+    const int64_t keys =
+        fit < kLongTvTileKeys ? fit / 16 * 16 : kLongTvTileKeys;
+    return keys > runs ? keys : runs;
+  }
   return layout == KvLayout::kBHSD && kv != DType::kI8 &&
                  rows <= kLongDecodeTileRows
              ? 256
              : 128;
 }
-static_assert(DecodeTileKeys(KvLayout::kTransposedV, DType::kI8, 1) <=
-                  kDecodeTileKeys &&
-              DecodeTileKeys(KvLayout::kTransposedV, DType::kF32, 1) == 128 &&
-              DecodeTileKeys(KvLayout::kBHSD, DType::kI8, 4) == 128 &&
-              DecodeTileKeys(KvLayout::kBHSD, DType::kBF16, 4) ==
-                  kDecodeTileKeys &&
-              DecodeTileKeys(KvLayout::kBHSD, DType::kF32, 5) == 128 &&
-              DecodeTileKeys(KvLayout::kBSHD, DType::kF32, 1) == 128);
+static_assert(
+    DecodeTileKeys(KvLayout::kTransposedV, DType::kI8, 1, 8) <=
+        kDecodeTileKeys &&
+    DecodeTileKeys(KvLayout::kTransposedV, DType::kF32, 1, 8) == 128 &&
+    DecodeTileKeys(KvLayout::kTransposedV, DType::kF32, 4, 16) ==
+        kLongTvTileKeys &&
+    DecodeTileKeys(KvLayout::kTransposedV, DType::kBF16, 32, 16) == 512 &&
+    DecodeTileKeys(KvLayout::kTransposedV, DType::kBF16, kMaxRows, 16) ==
+        kDecodeTileKeys &&
+    DecodeTileKeys(KvLayout::kTransposedV, DType::kF32, kMaxRows, 16) *
+            kMaxRows <=
+        kDecodeTileKeys * kMaxRows &&
+    DecodeTileKeys(KvLayout::kBHSD, DType::kI8, 4, 16) == 128 &&
+    DecodeTileKeys(KvLayout::kBHSD, DType::kBF16, 4, 16) == kDecodeTileKeys &&
+    DecodeTileKeys(KvLayout::kBHSD, DType::kF32, 5, 16) == 128 &&
+    DecodeTileKeys(KvLayout::kBSHD, DType::kF32, 1, 16) == 128);
 // Whether a BSHD decode item of `heads` adjacent kv heads reads each block
 // of its K and V rows once in address order before the block's compute
 // (ReadAhead, decode_kernel.h) instead of prefetching them: only for a call
@@ -103,7 +129,7 @@ struct WorkspaceLayout {
   size_t row_max = 0;  // running max m per row (log2 units)
   size_t row_sum = 0;  // running sum l per row
   size_t rescale = 0;  // per row: this tile's alpha = exp2(m_old - m_new)
-  size_t zeros = 0;    // kDecodeTileKeys + PaddedDim zeros, never written
+  size_t zeros = 0;    // kLongTvTileKeys + PaddedDim zeros, never written
   size_t total = 0;    // floats in all
 };
 WorkspaceLayout ComputeLayout(int64_t head_dim);

@@ -338,10 +338,10 @@ TEST_P(MicroKernelTest, PrefillTiles) {
 
 // The decode path: few rows (one query of a GQA group, a couple of
 // queries, an odd count, rows of two kv heads), keys up to its tile
-// (DecodeTileKeys: 128; 256 for transposed bf16 V and for BHSD f32 / bf16
-// items of up to 4 rows), with tails that leave a
-// partial vector of keys. Head dims also 120: rows widened into the
-// workspace's zero-padded 128 (P.V's whole-row path for adjacent f32 rows,
+// (DecodeTileKeys: 128; 256 for BHSD f32 / bf16 items of up to 4 rows;
+// transposed V 128-256 keys on narrower ISAs, 2048 on AVX-512), with tails
+// that leave a partial vector of keys. Head dims also 120: rows widened into
+// the workspace's zero-padded 128 (P.V's whole-row path for adjacent f32 rows,
 // as d = 128 without padding takes it in place).
 TEST_P(MicroKernelTest, DecodeTiles) {
   const int64_t w = W();
@@ -353,8 +353,8 @@ TEST_P(MicroKernelTest, DecodeTiles) {
     for (KvLayout layout : kLayouts)
       for (int64_t d : dims)
         for (const auto& rs : row_shapes)
-          for (const int64_t tk =
-                   DecodeTileKeys(layout, dt, rs[0] * rs[1] * rs[2]);
+          for (const int64_t tk = DecodeTileKeys(
+                   layout, dt, rs[0] * rs[1] * rs[2], static_cast<int>(w));
                const auto& tile : std::array<std::array<int64_t, 2>, 4>{
                    {{0, 1}, {5, w + 3}, {0, tk}, {130, tk - 5}}})
             for (int64_t pad : {0, 3}) {
