@@ -27,13 +27,15 @@ inline constexpr int64_t kMaxKvSplits = 64;
 // Split boundaries fall on multiples of 64 keys from the item's first key:
 // most kernels walk keys in tiles of 64 (simd kTileLanes, compiled kKvTile),
 // so only an item's last tile is partial; the transposed-V decode tiles of
-// 128 or 256 keys (simd DecodeTileKeys, compiled kvTileFor) may also end a
+// 128 to 2048 keys (simd DecodeTileKeys, compiled kvTileFor) may also end a
 // split with a partial tile. Divides kMinKeysPerSplit, which is what keeps
 // every split of a planned item at >= kMinKeysPerSplit keys.
 inline constexpr int64_t kKvSplitAlign = 64;
 
-// The keys per tile of a decode over a transposed V, in both fast backends
-// (simd DecodeTileKeys, compiled kvTileFor). Such a tile reads a slice of
+// The keys per tile of a decode over a transposed V in the compiled backend
+// (kvTileFor) and in simd's narrower ISAs (DecodeTileKeys; its AVX-512 P.V
+// takes 2048-key tiles instead, simd/README.md, "Transposed V: long runs";
+// the compiled kernel measured no gain from them). Such a tile reads a slice of
 // each of the d V^T rows, rows a whole cache apart: one run of
 // keys x element bytes per row. Runs of 512 B streamed fastest -- 256 B bf16
 // runs and 1 KiB f32 ones were slower (simd/README.md, "Transposed V:
