@@ -464,14 +464,14 @@ TEST(KernelSpecTest, QueryTileFor) {
         << "maxQ " << c.maxQ << " group " << c.group;
 }
 
-// A decode over a transposed V walks tiles of 512-byte V^T runs (f32 128
-// keys, bf16 and int8 256); its prefill, the other layouts and their decodes
-// keep kKvTile. specFor passes it on, and it is part of the key.
+// A decode over a transposed V walks longer tiles (f32 128 keys, bf16 and
+// int8 512); its prefill, the other layouts and their decodes keep kKvTile.
+// specFor passes it on, and it is part of the key.
 TEST(KernelSpecTest, KvTileFor) {
   using L = KvLayout;
   EXPECT_EQ(kvTileFor(1, L::kTransposedV, DType::kF32), 128);
-  EXPECT_EQ(kvTileFor(1, L::kTransposedV, DType::kBF16), 256);
-  EXPECT_EQ(kvTileFor(1, L::kTransposedV, DType::kI8), 256);
+  EXPECT_EQ(kvTileFor(1, L::kTransposedV, DType::kBF16), 512);
+  EXPECT_EQ(kvTileFor(1, L::kTransposedV, DType::kI8), 512);
   for (DType t : {DType::kF32, DType::kBF16, DType::kI8}) {
     EXPECT_EQ(kvTileFor(16, L::kTransposedV, t), kKvTile);
     EXPECT_EQ(kvTileFor(64, L::kTransposedV, t), kKvTile);
@@ -491,11 +491,11 @@ TEST(KernelSpecTest, KvTileFor) {
   // CPU has it and it pays (CpuBf16DotPays), which made this test's keys
   // depend on the host (it failed on a Zen 5).
   const KernelSpec decode = specFor(p, /*bf16Dot=*/false);
-  EXPECT_EQ(decode.kvTile, 256);
-  EXPECT_EQ(decode.key(), "d64_bf16_none_vt_g4_q1_k256");
-  EXPECT_EQ(specFor(p).kvTile, 256);
+  EXPECT_EQ(decode.kvTile, 512);
+  EXPECT_EQ(decode.key(), "d64_bf16_none_vt_g4_q1_k512");
+  EXPECT_EQ(specFor(p).kvTile, 512);
   if (CpuHasAvx512Bf16()) {
-    EXPECT_EQ(specFor(p, true).key(), "d64_bf16_none_vt_g4_q1_bf16dot_k256");
+    EXPECT_EQ(specFor(p, true).key(), "d64_bf16_none_vt_g4_q1_bf16dot_k512");
   }
   p.q_lens = {700};
   EXPECT_EQ(specFor(p, false).kvTile, kKvTile);
@@ -510,7 +510,8 @@ TEST(KernelSpecTest, KvTileFor) {
 // 33 (masked tails) and 128, lengths of several whole tiles, one key past
 // them and short of one tile, an empty sequence, and a sequence long enough
 // that the threads split its keys (splits fall on 64-key boundaries, so a
-// split may start or end inside a 256-key tile).
+// split may start or end inside a 128 or 512-key tile). Group 4 with one
+// query walks a 512-key tile's steps in the loop rolled by 64 keys.
 TEST(CompiledBackendTest, TransposedVDecodeTilesAgainstOracle) {
   uint64_t seed = 900;
   for (std::optional<DType> kv :
@@ -531,8 +532,9 @@ TEST(CompiledBackendTest, TransposedVDecodeTilesAgainstOracle) {
             p.window = 300;
           p.batch = 4;
           p.q_lens = {1, 2, 0, 1};
-          p.kv_lens = {512, 257, 0, 100};
-          ASSERT_EQ(specFor(p).kvTile, dtype == DType::kF32 && !kv ? 128 : 256);
+          const int64_t tile = dtype == DType::kF32 && !kv ? 128 : 512;
+          p.kv_lens = {2 * tile, tile + 1, 0, tile - 28};
+          ASSERT_EQ(specFor(p).kvTile, tile);
           for (bool split : {false, true}) {
             if (split) {
               p.batch = 1;

@@ -78,15 +78,25 @@ inline int64_t callGroupFor(int64_t maxQueries, int64_t group) {
   return maxQueries < kDecodeMaxQueries ? group : prefillGroupFor(group);
 }
 /// Keys per tile of the kernel whose query tile is `queryTile` (1: decode)
-/// over a `layout` cache of `kv` elements: a decode over a transposed V takes
-/// the tiles of 512-byte V^T runs both backends use
-/// (TransposedVDecodeTileKeys: f32 128 keys, bf16 and int8 256; at 64 keys a
-/// bf16 run is 128 B, and short runs a cache apart stream slowly), every
-/// other kernel kKvTile.
+/// over a `layout` cache of `kv` elements: a decode over a transposed V
+/// reads, per tile, a run of each of the d Vᵀ rows, rows a whole cache
+/// apart, and takes longer tiles than kKvTile's 64 keys (at 64 a bf16 run is
+/// 128 B, and short runs a cache apart stream slowly): f32 128 keys (512 B
+/// runs, TransposedVDecodeTileKeys), bf16 and int8 kNarrowTvDecodeTile (1 KiB
+/// and 512 B runs; their per-tile work -- the softmax, one transposing
+/// reduction per block of Vᵀ rows -- weighs more against their cheaper
+/// loads). 512 against 256 keys, 5-6 interleaved rounds: decode_paired tv
+/// bf16 Hkv 8 0.866x and 0.935x the time, decode_paired_kv int8 with q f32 /
+/// bf16 0.976x / 0.828x, decode kv 4k bf16 Hkv 8 0.80x, the Hkv 32 rows
+/// 0.93-1.02x; f32 at 256 or 512 gained nothing, at 2048 (simd's AVX-512
+/// tiles) no dtype did (2-core AMD EPYC Zen 5, MLIR/LLVM 22, 2026-11-28;
+/// README.md, the transposed V decode). Every other kernel kKvTile.
+inline constexpr int64_t kNarrowTvDecodeTile = 512;
 inline int64_t kvTileFor(int64_t queryTile, KvLayout layout, DType kv) {
   if (queryTile != 1 || layout != KvLayout::kTransposedV)
     return kKvTile;
-  return TransposedVDecodeTileKeys(kv);
+  return kv == DType::kF32 ? TransposedVDecodeTileKeys(kv)
+                           : kNarrowTvDecodeTile;
 }
 
 /// Everything the generated code is specialized on. Sequence lengths, strides,

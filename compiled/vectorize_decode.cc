@@ -5,8 +5,6 @@
 
 #include "compiled/passes.h"
 
-#include "mlir/Dialect/Utils/StaticValueUtils.h"
-
 #include <optional>
 
 using namespace mlir;
@@ -33,12 +31,12 @@ void Emitter::pvTransposedDecode(Value j0, Value bk) {
         es.push_back(minI(add(e0, cI(x)), cI(d - 1)));
       // The next tile's part of these Vᵀ rows, into L2: d rows a tile apart
       // in memory are more streams than the hardware prefetchers follow.
-      // f32: all of them at the start of the block. bf16 and int8 (twice
-      // and four times the keys per tile): spread over the key steps, at
-      // the 16 keys from jc each row's line at jc of the next tile (a line
-      // spans several steps: fetched at the first where jc is a constant,
-      // at each in a rolled loop). kv 16k, 6-8 rounds, time spread / at the
-      // start: bf16 Hkv 32 0.84-0.85x, decode_paired bf16 Hkv 8 0.92-0.96x;
+      // f32: all of them at the start of the block. bf16 and int8 (four
+      // times the keys per tile): spread over the key steps, at the 16 keys
+      // from jc each row's line at jc of the next tile (a line spans several
+      // steps: fetched at the first where jc's offset in 64 keys is known,
+      // at each in the loop rolled by 16). kv 16k, 6-8 rounds, time spread / at
+      // the start: bf16 Hkv 32 0.84-0.85x, decode_paired bf16 Hkv 8 0.92-0.96x;
       // f32 Hkv 32 1.055x (2-core AMD EPYC Zen 5, MLIR/LLVM 22, 2026-11-28;
       // README.md, the transposed V decode).
       const int64_t bits = elemOf(f_.v).getIntOrFloatBitWidth();
@@ -57,9 +55,11 @@ void Emitter::pvTransposedDecode(Value j0, Value bk) {
         for (Value e : es)
           for (int64_t o = 0; o < f_.bk; o += perLine)
             fetch(e, cI(f_.bk + o));
-      auto step = [&](Value jc, ValueRange a) {
-        const std::optional<int64_t> jcConst = getConstantIntValue(jc);
-        if (r0 == 0 && spread && (!jcConst || *jcConst % perLine == 0))
+      // One step of 16 keys from jc; `phase`: jc modulo 64 where it is known
+      // (a constant jc, or a step of the loop rolled by 64 keys below), so
+      // the spread prefetch issues each line once.
+      auto stepAt = [&](Value jc, std::optional<int64_t> phase, ValueRange a) {
+        if (r0 == 0 && spread && (!phase || *phase % perLine == 0))
           for (Value e : es)
             fetch(e, add(jc, cI(f_.bk)));
         SmallVector<Value> pv, out(a.begin(), a.end());
@@ -78,12 +78,28 @@ void Emitter::pvTransposedDecode(Value j0, Value bk) {
       // the tile's Vᵀ loads ahead of the FMAs and spilled accumulators. With
       // 4 (G >= 4) the unrolled steps stay in registers and measured faster
       // (kv 16k Hkv 8 f32: the rolled loop 1.06-1.12x the time, 2 threads).
+      // Tiles longer than 256 keys (bf16 and int8, kvTileFor) go 64 keys (4
+      // steps) per iteration of a rolled loop: unrolled whole, their 32+
+      // steps made a kernel body of thousands of instructions per block.
       SmallVector<Value> acc(kLanes, splatF(0.0f, kLanes));
       if (kb > 4) {
-        acc = loop(cI(0), cI(f_.bk), cI(kLanes), acc, step, /*rolled=*/true);
+        acc = loop(
+            cI(0), cI(f_.bk), cI(kLanes), acc,
+            [&](Value jc, ValueRange a) { return stepAt(jc, std::nullopt, a); },
+            /*rolled=*/true);
+      } else if (f_.bk > 256 && f_.bk % (4 * kLanes) == 0) {
+        acc = loop(
+            cI(0), cI(f_.bk), cI(4 * kLanes), acc,
+            [&](Value jo, ValueRange a) {
+              SmallVector<Value> x(a.begin(), a.end());
+              for (int64_t u = 0; u < 4; ++u)
+                x = stepAt(add(jo, cI(u * kLanes)), u * kLanes, x);
+              return x;
+            },
+            /*rolled=*/true);
       } else {
         for (int64_t jc = 0; jc < f_.bk; jc += kLanes)
-          acc = step(cI(jc), acc);
+          acc = stepAt(cI(jc), jc % (4 * kLanes), acc);
       }
       Value sums = transposeReduce(acc);
       for (int64_t y = 0; y < rb; ++y) {
