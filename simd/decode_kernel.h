@@ -183,6 +183,16 @@ struct DecodeKernel {
     return k_ahead;
   }
 
+  // Transposed V: V^T rows [e0, e0 + ne) of kv head kvh, `bytes` of each
+  // from key `key` -- the runs that NextVtRows and NextBlockVt prefetch.
+  ATTNKIT_SIMD_STEP static AheadRows VtRuns(const Item& it, int64_t kvh,
+                                            int64_t key, int64_t e0, int64_t ne,
+                                            int64_t bytes) {
+    return AheadRows{
+        it.vdata + it.a.v.Offset(it.job.batch, kvh, key, e0) * it.esize,
+        it.a.v.strides[3] * it.esize, ne, bytes};
+  }
+
   // Transposed V: V^T rows [e0, e0 + ne) of kv head kvh, their part in the
   // next tile's keys (empty for the last tile): what P.V will read next.
   ATTNKIT_SIMD_STEP static AheadRows NextVtRows(const Item& it, const Tile& t,
@@ -191,9 +201,7 @@ struct DecodeKernel {
     const int64_t next = t.j0 + it.tile;
     if (next >= it.end || ne <= 0) return AheadRows{};
     const int64_t nk = it.end - next < it.tile ? it.end - next : it.tile;
-    return AheadRows{
-        it.vdata + it.a.v.Offset(it.job.batch, kvh, next, e0) * it.esize,
-        it.a.v.strides[3] * it.esize, ne, nk * it.esize};
+    return VtRuns(it, kvh, next, e0, ne, nk * it.esize);
   }
 
   // Transposed V on AVX-512: the heads of V^T rows [e0, e0 + W) (up to d)
@@ -206,10 +214,8 @@ struct DecodeKernel {
                                                  int64_t j, int64_t n) {
     if (e0 >= it.d || n <= 0) return AheadRows{};
     const int64_t bytes = n * it.esize;
-    return AheadRows{
-        it.vdata + it.a.v.Offset(it.job.batch, kvh, t.j0 + j, e0) * it.esize,
-        it.a.v.strides[3] * it.esize, it.d - e0 < W ? it.d - e0 : W,
-        bytes < kTvAheadBytes ? bytes : kTvAheadBytes};
+    return VtRuns(it, kvh, t.j0 + j, e0, it.d - e0 < W ? it.d - e0 : W,
+                  bytes < kTvAheadBytes ? bytes : kTvAheadBytes);
   }
 
   // Narrower ISAs: the next tile's V^T rows prefetched a part per W keys of
