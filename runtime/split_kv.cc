@@ -23,6 +23,18 @@ bool DecodeKvStreamsFromDram(const AttentionProblem& p, int64_t llc_bytes) {
   return llc_bytes > 0 && KvBytes(p) > llc_bytes;
 }
 
+int64_t CallBytes(const AttentionProblem& p) {
+  int64_t queries = 0;
+  for (int64_t n : p.q_lens) queries += n;
+  const int64_t row = p.q_heads * p.head_dim;
+  return queries * row * (DTypeSize(p.dtype) + DTypeSize(DType::kF32)) +
+         KvBytes(p);
+}
+
+bool OutputStreamsPastCache(const AttentionProblem& p, int64_t llc_bytes) {
+  return llc_bytes > 0 && CallBytes(p) > llc_bytes;
+}
+
 KvSplitPlan PlanKvSplits(int64_t items, int threads, int64_t max_keys,
                          int64_t force_splits) {
   KvSplitPlan plan;

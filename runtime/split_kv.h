@@ -85,6 +85,22 @@ int64_t KvBytes(const AttentionProblem& p);
 bool DecodeKvStreamsFromDram(const AttentionProblem& p,
                              int64_t llc_bytes = LastLevelCacheBytes());
 
+// Bytes a call touches: every sequence's q_len rows of Q (the problem's
+// dtype) and of the f32 output, for every query head, and its K and V
+// (KvBytes).
+int64_t CallBytes(const AttentionProblem& p);
+
+// Whether a call outgrows the last-level cache (`llc_bytes`; 0 = unknown:
+// false) so that its output is better written with non-temporal stores: no
+// line of the output can still be cached when the call writes it, nor once
+// the call returns, so an ordinary store only reads each line from DRAM
+// first (read for ownership) to overwrite it whole. The simd prefill then
+// streams its output rows (`SimdOptions::stream_output_above_bytes`;
+// simd/README.md, "Output rows streamed past the caches": about 1% of an
+// S 2048 prefill's time, 2-3% of an S 1024 one's on one core).
+bool OutputStreamsPastCache(const AttentionProblem& p,
+                            int64_t llc_bytes = LastLevelCacheBytes());
+
 struct KvSplitPlan {
   // Partial slots per work item; 1 = no split-KV.
   int64_t splits = 1;

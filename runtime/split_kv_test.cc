@@ -55,6 +55,27 @@ TEST(DecodeKvBytesTest, SumsSequencesAndComparesWithTheCache) {
             DecodeKvStreamsFromDram(p, LastLevelCacheBytes()));
 }
 
+// A call's bytes: Q in its dtype and the f32 output for every query of
+// every query head (ragged, one empty), plus K and V; its output streams
+// past the caches only when the call outgrows the cache it is given, never
+// when the cache size is unknown (0).
+TEST(CallBytesTest, SumsQOutKvAndComparesWithTheCache) {
+  auto parsed = ParseProblem("b=3,hq=8,hkv=2,d=64,q=5:0:2,kv=100:0:28");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  AttentionProblem p = *parsed;
+  EXPECT_EQ(CallBytes(p), 7 * 8 * 64 * (4 + 4) + KvBytes(p));
+  p.dtype = DType::kBF16;
+  EXPECT_EQ(CallBytes(p), 7 * 8 * 64 * (2 + 4) + KvBytes(p));
+  p.kv_dtype = DType::kI8;
+  EXPECT_EQ(CallBytes(p), 7 * 8 * 64 * (2 + 4) + 2 * 128 * 2 * 64);
+  const int64_t bytes = CallBytes(p);
+  EXPECT_TRUE(OutputStreamsPastCache(p, bytes - 1));
+  EXPECT_FALSE(OutputStreamsPastCache(p, bytes));
+  EXPECT_FALSE(OutputStreamsPastCache(p, 0));
+  EXPECT_EQ(OutputStreamsPastCache(p),
+            OutputStreamsPastCache(p, LastLevelCacheBytes()));
+}
+
 TEST(SplitKvPlanTest, SplitsOnlyWhenItemsAreFewerThanThreads) {
   EXPECT_EQ(PlanKvSplits(/*items=*/2, /*threads=*/2, 1 << 20).splits, 1);
   EXPECT_EQ(PlanKvSplits(8, 2, 1 << 20).splits, 1);

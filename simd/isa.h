@@ -119,6 +119,22 @@ struct XVec {
     return V::load_aligned(t);
   }
   static void Store(float* p, const V& v) { v.store_unaligned(p); }
+  // A store past the caches (movntps) to p aligned to the vector (W * 4
+  // bytes); StreamFence orders such stores before what follows.
+  static void Stream(float* p, const V& v) {
+#if defined(__AVX512F__)
+    if constexpr (W == 16) return _mm512_stream_ps(p, v);
+#endif
+#if defined(__AVX2__)
+    if constexpr (W == 8) return _mm256_stream_ps(p, v);
+#endif
+    v.store_aligned(p);
+  }
+  static void StreamFence() {
+#if defined(__AVX2__) || defined(__AVX512F__)
+    _mm_sfence();
+#endif
+  }
   static V Fma(const V& a, const V& b, const V& c) {
     return xsimd::fma(a, b, c);
   }
@@ -328,6 +344,8 @@ struct SVec {
   static void Store(float* p, const V& a) {
     for (int i = 0; i < 4; ++i) p[i] = a.v[i];
   }
+  static void Stream(float* p, const V& a) { Store(p, a); }
+  static void StreamFence() {}
   // Baseline x86-64 has no FMA instruction; std::fma would be a libm call.
   static V Fma(const V& a, const V& b, const V& c) { return a * b + c; }
   static V Max(const V& a, const V& b) {  // NaN in b propagates, as on x86

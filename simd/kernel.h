@@ -165,6 +165,10 @@ struct BlockJob {
   // SimdOptions::read_ahead_above_bytes): decode items of several kv heads
   // read their blocks ahead (decode_kernel.h, Item::read_ahead).
   bool kv_from_dram = false;
+  // The call outgrows the last-level cache (OutputStreamsPastCache,
+  // SimdOptions::stream_output_above_bytes): the prefill writes its output
+  // rows with non-temporal stores (WriteOut, prefill_kernel.h).
+  bool stream_out = false;
   // Keys per prefill tile (PrefillTileKeysFor, SimdOptions::
   // prefill_tile_keys): 1..kMaxPrefillTileKeys, 64 or 128 unless forced.
   int64_t prefill_tile = 64;

@@ -327,33 +327,51 @@ struct PrefillKernel {
   }
 
   // The end of the work item: O^T [d][rp] into the rows' sinks (WriteRows),
-  // W columns of W rows at a time through in-register transposes.
+  // W columns of W rows at a time through in-register transposes. A call
+  // that outgrows the last-level cache (job.stream_out) writes the output
+  // rows aligned to the vector with non-temporal stores: an ordinary store
+  // would first read each line from DRAM (simd/README.md, "Output rows
+  // streamed past the caches").
   template <int RV>
   ATTNKIT_SIMD_STEP static void WriteOut(const BlockJob& job, const Rows& rows,
                                          const float* ws,
                                          const WorkspaceLayout& L) {
     const int64_t d = job.problem->head_dim, rp = RV * W, dv = d / W * W;
     const float* ot = ws + L.out;
+    const bool stream = job.stream_out && job.partial == nullptr;
+    bool streamed = false;
     for (int rv = 0; rv < RV && rv * W < rows.count; ++rv) {
       const int64_t r0 = rv * W;
       const int64_t nr = std::min<int64_t>(W, rows.count - r0);
       RowSink sink[W];
-      for (int64_t i = 0; i < nr; ++i)
+      bool aligned[W];
+      for (int64_t i = 0; i < nr; ++i) {
         sink[i] = RowSinkOf(job, rows, r0 + i, ws[L.row_max + r0 + i],
                             ws[L.row_sum + r0 + i]);
+        aligned[i] =
+            stream &&
+            reinterpret_cast<uintptr_t>(sink[i].dst) % (W * sizeof(float)) == 0;
+        streamed |= aligned[i] && dv > 0;
+      }
       for (int64_t e0 = 0; e0 < dv; e0 += W) {
         V t[W];
         for (int k = 0; k < W; ++k) t[k] = X::Load(ot + (e0 + k) * rp + r0);
         X::Transpose(t);
-        for (int64_t i = 0; i < nr; ++i)
-          X::Store(sink[i].dst + e0,
-                   sink[i].zero ? X::Zero() : t[i] * X::Set(sink[i].scale));
+        for (int64_t i = 0; i < nr; ++i) {
+          const V o = sink[i].zero ? X::Zero() : t[i] * X::Set(sink[i].scale);
+          if (aligned[i]) {
+            X::Stream(sink[i].dst + e0, o);
+          } else {
+            X::Store(sink[i].dst + e0, o);
+          }
+        }
       }
       for (int64_t i = 0; i < nr; ++i)
         for (int64_t e = dv; e < d; ++e)
           sink[i].dst[e] =
               sink[i].zero ? 0.0f : ot[e * rp + r0 + i] * sink[i].scale;
     }
+    if (streamed) X::StreamFence();
   }
 
   // S^T = Q K^T for the keys [j0, j0 + nt), each run's row vectors only

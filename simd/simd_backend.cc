@@ -36,6 +36,7 @@ struct Plan {
   KvSplitPlan kv;
   int64_t total_base = 0;
   bool kv_from_dram = false;  // BlockJob::kv_from_dram
+  bool stream_out = false;    // BlockJob::stream_out
 };
 
 class SimdBackend final : public Backend {
@@ -129,6 +130,8 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   // position rows (simd/README.md, "BSHD decode items").
   plan.kv_from_dram =
       DecodeKvStreamsFromDram(p, options_.read_ahead_above_bytes);
+  plan.stream_out =
+      OutputStreamsPastCache(p, options_.stream_output_above_bytes);
   int64_t max_q = 0;
   for (const int64_t q : p.q_lens) max_q = std::max(max_q, q);
   const int64_t head_rows =
@@ -190,6 +193,7 @@ BlockJob SimdBackend::BaseJob(const AttentionProblem& p, const Plan& plan,
   job.first_query = qblk * plan.queries;
   job.queries = std::min(plan.queries, p.q_lens[b] - job.first_query);
   job.kv_from_dram = plan.kv_from_dram;
+  job.stream_out = plan.stream_out;
   job.prefill_tile = prefill_tile_;
   return job;
 }

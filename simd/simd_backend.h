@@ -49,6 +49,11 @@ struct SimdOptions {
   // (DecodeKvStreamsFromDram, runtime/split_kv.h; ReadAhead in
   // decode_kernel.h). Tests set 1 to run that path on small shapes.
   int64_t read_ahead_above_bytes = LastLevelCacheBytes();
+  // Calls whose Q, K, V and output together exceed this many bytes
+  // (OutputStreamsPastCache, runtime/split_kv.h; 0: none) write their
+  // prefill output rows with non-temporal stores where a row is aligned to
+  // the vector. Tests set 1 to run that path on small shapes.
+  int64_t stream_output_above_bytes = LastLevelCacheBytes();
   // Keys per prefill tile: 0 decides from the L1 data cache
   // (PrefillTileKeysFor in simd/kernel.h: 128 with 48 KiB or more, else
   // 64); 1..128 forces it (tests, measurements). Anything else: every call

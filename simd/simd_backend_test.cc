@@ -225,6 +225,46 @@ TEST_P(SimdIsaTest, PrefillTileSizesMatchOracle) {
   }
 }
 
+// Output rows written past the caches (forced: every call streams): random
+// problems, and prefills whose output rows are aligned to the vector
+// (streamed) or not (padded rows: stored), head-major and token-major, with
+// a d tail past the last whole vector, causal and not, f32 and bf16.
+TEST_P(SimdIsaTest, StreamedOutputMatchesOracle) {
+  SimdOptions o;
+  o.isa = GetParam();
+  o.stream_output_above_bytes = 1;
+  auto backend = MakeSimdBackend(o);
+  Rng rng(0x57e4, static_cast<uint64_t>(GetParam()));
+  for (int c = 0; c < 8; ++c) {
+    const AttentionProblem p = RandomProblem(rng);
+    ExpectMatchesOracle(*backend, p, 400 + c);
+    if (HasFailure()) return;
+  }
+  for (int64_t d : {int64_t{128}, int64_t{40}}) {
+    for (int64_t pad : {int64_t{0}, int64_t{3}}) {
+      for (bool token_major : {false, true}) {
+        harness::Case c;
+        c.seed = static_cast<uint64_t>(d + pad);
+        c.problem.batch = 2;
+        c.problem.q_heads = 8;
+        c.problem.kv_heads = 2;
+        c.problem.head_dim = d;
+        c.problem.mask = pad == 0 ? MaskKind::kCausal : MaskKind::kNone;
+        c.problem.dtype = token_major ? DType::kBF16 : DType::kF32;
+        c.problem.q_lens = {70, 33};
+        c.problem.kv_lens = {150, 33};
+        c.io.out.pad = pad;
+        c.io.out.token_major = token_major;
+        const CheckResult r = harness::testing::RunOne(c, *backend);
+        EXPECT_EQ(harness::OutcomeName(r.outcome),
+                  harness::OutcomeName(harness::Outcome::kPass))
+            << c.ToString() << "\n"
+            << r.message;
+      }
+    }
+  }
+}
+
 // A forced prefill tile outside 1..kMaxPrefillTileKeys: every call fails
 // with INVALID_ARGUMENT naming the option and its value (nothing runs).
 TEST(SimdOptionsTest, PrefillTileOutOfRangeIsAnError) {
