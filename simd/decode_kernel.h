@@ -183,6 +183,25 @@ struct DecodeKernel {
     return k_ahead;
   }
 
+  // The next tile's K rows of kv head kvh: what the next QK^T reads,
+  // fetched by P.V's last pass over this tile's V (PvRowsAll) in a call
+  // whose K/V stream from DRAM (BlockJob::kv_from_dram; from the caches the
+  // fetches only cost: kv 1024 / 4096 1.09x / 1.13x the time). Empty for
+  // the last tile and for items that read their blocks ahead.
+  ATTNKIT_SIMD_STEP static AheadRows NextTileKeys(const Item& it, const Tile& t,
+                                                  int64_t kvh) {
+    AheadRows k_next;
+    const int64_t j = t.j0 + it.tile;
+    if (j < it.end && it.job.kv_from_dram && !it.read_ahead) {
+      k_next.base =
+          it.kdata + it.a.k.Offset(it.job.batch, kvh, j, 0) * it.esize;
+      k_next.stride = it.a.k.strides[2] * it.esize;
+      k_next.n = it.end - j;
+      k_next.bytes = it.d * it.esize;
+    }
+    return k_next;
+  }
+
   // Transposed V: V^T rows [e0, e0 + ne) of kv head kvh, `bytes` of each
   // from key `key` -- the runs that NextVtRows and NextBlockVt prefetch.
   ATTNKIT_SIMD_STEP static AheadRows VtRuns(const Item& it, int64_t kvh,
@@ -643,7 +662,8 @@ struct DecodeKernel {
       ZeroFloats(it.vw + j * De + d, De - d);
     }
     Micro::PvRowsAll(it.Rh, De, it.sm + s0 * it.tile, it.tile, t.nt,
-                     static_cast<const float*>(it.vw), De, it.o + s0 * De, 0);
+                     static_cast<const float*>(it.vw), De, it.o + s0 * De, 0,
+                     AheadRows{});
   }
 
   // O += P V of V rows read in place (bf16 and int8 widened in registers)
@@ -659,14 +679,18 @@ struct DecodeKernel {
     if (it.bf16) {
       Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj,
                        static_cast<const uint16_t*>(a.v.data) + off,
-                       a.v.strides[2], o, pf_rows);
+                       a.v.strides[2], o, pf_rows, AheadRows{});
     } else if (it.i8) {
       Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj,
                        static_cast<const int8_t*>(a.v.data) + off,
-                       a.v.strides[2], o, pf_rows);
+                       a.v.strides[2], o, pf_rows, AheadRows{});
     } else {
+      // A whole tile of one kv head: its last row pair fetches the next
+      // tile's K rows (PvRowsAll).
+      const bool whole = it.job.kv_heads == 1 && j == 0 && nj == t.nt;
       Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj, a.v.As<float>() + off,
-                       a.v.strides[2], o, pf_rows);
+                       a.v.strides[2], o, pf_rows,
+                       whole ? NextTileKeys(it, t, kvh) : AheadRows{});
     }
   }
 

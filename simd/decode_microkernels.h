@@ -124,7 +124,11 @@ struct DecodeMicroKernels {
   // pf_rows: rows that exist from vbase on (the keys left in the work item):
   // the first row block prefetches rows PrefetchKeys() ahead up to there; 0
   // for nothing to prefetch (a workspace copy, or rows the decode kernel's
-  // ReadAhead has read). The whole-row path prefetches nothing.
+  // ReadAhead has read). The whole-row path prefetches none of V; its last
+  // row pair, when there are two or more, fetches `next_k` (row j at key j:
+  // the next tile's K rows) -- that pair re-reads the tile's V from L2, and
+  // without it the core's DRAM stream stood idle until the next QK^T
+  // (simd/README.md, "The next tile's K during P.V").
   //
   // Never inlined: compiled on its own, its loops are split at the end of
   // the prefetched rows and unswitched on whether to prefetch at all; inlined
@@ -135,8 +139,8 @@ struct DecodeMicroKernels {
   [[gnu::noinline]] static void PvRowsAll(int64_t R, int64_t De,
                                           const float* sm, int64_t ss,
                                           int64_t nt, const T* vbase,
-                                          int64_t vs, float* o,
-                                          int64_t pf_rows) {
+                                          int64_t vs, float* o, int64_t pf_rows,
+                                          const AheadRows& next_k) {
     if constexpr (W >= 16 && sizeof(T) == 4) {
       if (De == 2 * kPvCols * W && vs == De) {
         // The first row pair reads the tile as one address-ordered stream,
@@ -147,8 +151,9 @@ struct DecodeMicroKernels {
         // (simd/README.md, "P.V over whole rows").
         for (int64_t r0 = 0; r0 < R; r0 += 2) {
           if (R - r0 >= 2) {
-            PvRows<2, 2 * kPvCols>(sm + r0 * ss, ss, nt, vbase, vs, o + r0 * De,
-                                   De, AheadRows{});
+            PvRows<2, 2 * kPvCols>(
+                sm + r0 * ss, ss, nt, vbase, vs, o + r0 * De, De,
+                r0 > 0 && r0 + 2 >= R ? next_k : AheadRows{});
           } else {
             PvRows<1, 2 * kPvCols>(sm + r0 * ss, ss, nt, vbase, vs, o + r0 * De,
                                    De, AheadRows{});

@@ -449,6 +449,27 @@ TEST_P(SimdIsaTest, BshdReadAheadItems) {
   }
 }
 
+// A BHSD decode whose K/V outgrow the cache (forced: 1 byte): P.V's last
+// row pair of each tile fetches the next tile's K rows (NextTileKeys) --
+// GQA groups of 4 and 8 (two and four row pairs) and 2 (one pair: none),
+// tiles ending part way, causal and not; the results as without it.
+TEST_P(SimdIsaTest, DecodeFromDramFetchesNextTileKeys) {
+  auto backend = Make(0, 2, 1);
+  for (int64_t g : {4, 8, 2}) {
+    for (int64_t kv : {1300, 257}) {
+      AttentionProblem p;
+      p.q_heads = 2 * g;
+      p.kv_heads = 2;
+      p.head_dim = 128;
+      p.mask = kv == 257 ? MaskKind::kCausal : MaskKind::kNone;
+      p.q_lens = {1};
+      p.kv_lens = {kv};
+      ExpectMatchesOracle(*backend, p, static_cast<int>(kv + g));
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // Fewer sequences than threads and long enough contexts: one BSHD item
 // takes all its kv heads and the threads split its keys (MakePlan); the
 // merge of those splits, every mask, f32 / bf16 / i8 K/V, and a ragged
