@@ -167,39 +167,32 @@ struct DecodeKernel {
     }
   }
 
+  // K rows of kv head kvh from `key` to the end of the item's keys (empty
+  // from the end on, and for items that read their blocks ahead): the rows
+  // KeysAhead and NextTileKeys prefetch.
+  ATTNKIT_SIMD_STEP static AheadRows KeyRowsFrom(const Item& it, int64_t kvh,
+                                                 int64_t key) {
+    if (key >= it.end || it.read_ahead) return AheadRows{};
+    return AheadRows{
+        it.kdata + it.a.k.Offset(it.job.batch, kvh, key, 0) * it.esize,
+        it.a.k.strides[2] * it.esize, it.end - key, it.d * it.esize};
+  }
+
   // The K rows ahead_keys ahead of the W dotted at jb, fetched by the first
   // row group's dot loop.
   ATTNKIT_SIMD_STEP static AheadRows KeysAhead(const Item& it, const Tile& t,
                                                int64_t kvh, int64_t jb) {
-    AheadRows k_ahead;
-    const int64_t jk = t.j0 + jb + it.ahead_keys;
-    if (jk < it.end && !it.read_ahead) {
-      k_ahead.base =
-          it.kdata + it.a.k.Offset(it.job.batch, kvh, jk, 0) * it.esize;
-      k_ahead.stride = it.a.k.strides[2] * it.esize;
-      k_ahead.n = it.end - jk;
-      k_ahead.bytes = it.d * it.esize;
-    }
-    return k_ahead;
+    return KeyRowsFrom(it, kvh, t.j0 + jb + it.ahead_keys);
   }
 
   // The next tile's K rows of kv head kvh: what the next QK^T reads,
   // fetched by P.V's last pass over this tile's V (PvRowsAll) in a call
   // whose K/V stream from DRAM (BlockJob::kv_from_dram; from the caches the
-  // fetches only cost: kv 1024 / 4096 1.09x / 1.13x the time). Empty for
-  // the last tile and for items that read their blocks ahead.
+  // fetches only cost: kv 1024 / 4096 1.09x / 1.13x the time).
   ATTNKIT_SIMD_STEP static AheadRows NextTileKeys(const Item& it, const Tile& t,
                                                   int64_t kvh) {
-    AheadRows k_next;
-    const int64_t j = t.j0 + it.tile;
-    if (j < it.end && it.job.kv_from_dram && !it.read_ahead) {
-      k_next.base =
-          it.kdata + it.a.k.Offset(it.job.batch, kvh, j, 0) * it.esize;
-      k_next.stride = it.a.k.strides[2] * it.esize;
-      k_next.n = it.end - j;
-      k_next.bytes = it.d * it.esize;
-    }
-    return k_next;
+    return it.job.kv_from_dram ? KeyRowsFrom(it, kvh, t.j0 + it.tile)
+                               : AheadRows{};
   }
 
   // Transposed V: V^T rows [e0, e0 + ne) of kv head kvh, `bytes` of each
