@@ -678,12 +678,12 @@ struct DecodeKernel {
                        static_cast<const int8_t*>(a.v.data) + off,
                        a.v.strides[2], o, pf_rows, AheadRows{});
     } else {
-      // A whole tile of one kv head: its last row pair fetches the next
-      // tile's K rows (PvRowsAll).
-      const bool whole = it.job.kv_heads == 1 && j == 0 && nj == t.nt;
-      Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj, a.v.As<float>() + off,
-                       a.v.strides[2], o, pf_rows,
-                       whole ? NextTileKeys(it, t, kvh) : AheadRows{});
+      // An item of one kv head (PvTile hands it the whole tile): its last
+      // row pair fetches the next tile's K rows (PvRowsAll).
+      Micro::PvRowsAll(
+          it.Rh, it.De, pm, it.tile, nj, a.v.As<float>() + off, a.v.strides[2],
+          o, pf_rows,
+          it.job.kv_heads == 1 ? NextTileKeys(it, t, kvh) : AheadRows{});
     }
   }
 
