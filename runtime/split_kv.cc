@@ -23,6 +23,10 @@ bool DecodeKvStreamsFromDram(const AttentionProblem& p, int64_t llc_bytes) {
   return llc_bytes > 0 && KvBytes(p) > llc_bytes;
 }
 
+bool DecodePrefetchesKeys(const AttentionProblem& p, int64_t llc_bytes) {
+  return llc_bytes <= 0 || KvBytes(p) > llc_bytes / 2;
+}
+
 int64_t CallBytes(const AttentionProblem& p) {
   int64_t queries = 0;
   for (int64_t n : p.q_lens) queries += n;

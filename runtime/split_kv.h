@@ -85,6 +85,18 @@ int64_t KvBytes(const AttentionProblem& p);
 bool DecodeKvStreamsFromDram(const AttentionProblem& p,
                              int64_t llc_bytes = LastLevelCacheBytes());
 
+// Whether a decode call's QK^T prefetches the K rows ahead in software: K/V
+// above half the last-level cache (`llc_bytes`; unknown, 0: always). Below,
+// the K rows come from the caches, the hardware prefetchers keep up and the
+// prefetch instructions only cost: Hq 32 / Hkv 8 kv 512 BHSD (4 MiB), one
+// thread, f32 64.3 -> 58.3 us without them, bf16 43.0 -> 41.6 us. Half,
+// not all of it: at exactly the cache's size (kv 8192 bf16, 32 MiB) most
+// rows came from DRAM and `decode` ran 1.87x the time without the prefetch
+// (simd/README.md, "K prefetch only from DRAM"; 2-core AMD EPYC Zen 5 with
+// a 32 MiB L3, GCC 12.2, 2026-11-29).
+bool DecodePrefetchesKeys(const AttentionProblem& p,
+                          int64_t llc_bytes = LastLevelCacheBytes());
+
 // Bytes a call touches: every sequence's q_len rows of Q (the problem's
 // dtype) and of the f32 output, for every query head, and its K and V
 // (KvBytes).

@@ -53,6 +53,12 @@ TEST(DecodeKvBytesTest, SumsSequencesAndComparesWithTheCache) {
   EXPECT_FALSE(DecodeKvStreamsFromDram(p, 0));
   EXPECT_EQ(DecodeKvStreamsFromDram(p),
             DecodeKvStreamsFromDram(p, LastLevelCacheBytes()));
+  // K prefetched above half the cache, and always when it is unknown.
+  EXPECT_TRUE(DecodePrefetchesKeys(p, 2 * bytes - 2));
+  EXPECT_FALSE(DecodePrefetchesKeys(p, 2 * bytes));
+  EXPECT_TRUE(DecodePrefetchesKeys(p, 0));
+  EXPECT_EQ(DecodePrefetchesKeys(p),
+            DecodePrefetchesKeys(p, LastLevelCacheBytes()));
 }
 
 // A call's bytes: Q in its dtype and the f32 output for every query of

@@ -36,6 +36,7 @@ struct Plan {
   KvSplitPlan kv;
   int64_t total_base = 0;
   bool kv_from_dram = false;  // BlockJob::kv_from_dram
+  bool prefetch_keys = true;  // BlockJob::prefetch_keys
   bool stream_out = false;    // BlockJob::stream_out
 };
 
@@ -130,6 +131,7 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   // position rows (simd/README.md, "BSHD decode items").
   plan.kv_from_dram =
       DecodeKvStreamsFromDram(p, options_.read_ahead_above_bytes);
+  plan.prefetch_keys = DecodePrefetchesKeys(p, options_.read_ahead_above_bytes);
   plan.stream_out =
       OutputStreamsPastCache(p, options_.stream_output_above_bytes);
   int64_t max_q = 0;
@@ -193,6 +195,7 @@ BlockJob SimdBackend::BaseJob(const AttentionProblem& p, const Plan& plan,
   job.first_query = qblk * plan.queries;
   job.queries = std::min(plan.queries, p.q_lens[b] - job.first_query);
   job.kv_from_dram = plan.kv_from_dram;
+  job.prefetch_keys = plan.prefetch_keys;
   job.stream_out = plan.stream_out;
   job.prefill_tile = prefill_tile_;
   return job;
