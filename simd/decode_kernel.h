@@ -528,16 +528,17 @@ struct DecodeKernel {
     }
     it.m[r] = mx.m_new;
   }
-  // SoftmaxRow for NR rows from r0 of a whole tile (no mask, no padding)
-  // in lockstep: each pass goes along the keys with the rows inner, so the
-  // rows' chains (the max, the row sum) run side by side, and scaling and
+  // SoftmaxRow for kLockstepRows rows from r0 of a whole tile (no mask, no
+  // padding) in lockstep: each pass goes along the keys with the rows inner, so
+  // the rows' chains (the max, the row sum) run side by side, and scaling and
   // the max share one pass. Row by row, the softmax of a 4-row tile took
   // ~20% longer, `decode` in cache 1.01-1.05x (simd/README.md, "Decode
   // softmax rows in lockstep"). Each pass reads S from L1; exp2 itself
   // (vreduceps and vscalefps, one a cycle each on Zen 5) sets the pace.
-  template <int NR>
+  static constexpr int kLockstepRows = 4;
   ATTNKIT_SIMD_STEP static void SoftmaxRowsWhole(const Item& it, const Tile& t,
                                                  int64_t r0, const V& c) {
+    constexpr int NR = kLockstepRows;
     float* sr[NR];
     V vmax[NR], mu[NR], sum[NR];
     RowMax mx[NR];
@@ -574,8 +575,9 @@ struct DecodeKernel {
       return;
     }
     int64_t r = 0;
-    for (; r + 4 <= it.R; r += 4) SoftmaxRowsWhole<4>(it, t, r, c);
-    for (; r < it.R; ++r) SoftmaxRowsWhole<1>(it, t, r, c);
+    for (; r + kLockstepRows <= it.R; r += kLockstepRows)
+      SoftmaxRowsWhole(it, t, r, c);
+    for (; r < it.R; ++r) SoftmaxRow(it, t, r, false, c);
   }
 
   // O += P V for transposed V: V^T rows (one per e) along the keys, dotted
