@@ -2,6 +2,7 @@
 
 #include <cpuid.h>
 #include <immintrin.h>
+#include <sched.h>
 #include <unistd.h>
 #include <x86intrin.h>
 
@@ -85,11 +86,34 @@ std::string ReadLine(const std::string& path) {
   return line;
 }
 
+// CPUs in a sysfs CPU list ("0-3,8,10-11"); 0 if it does not parse.
+int CountCpuList(const std::string& list) {
+  int count = 0;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string part = list.substr(pos, comma - pos);
+    const size_t dash = part.find('-');
+    const int first = std::atoi(part.c_str());
+    const int last =
+        dash == std::string::npos ? first : std::atoi(part.c_str() + dash + 1);
+    if (last < first) return 0;
+    count += last - first + 1;
+    pos = comma + 1;
+  }
+  return count;
+}
+
+struct SysfsCache {
+  int64_t bytes = 0;     // 0: sysfs lists no such cache
+  int sharing_cpus = 0;  // 0: unknown
+};
+
 // The data or unified cache of cpu0 in sysfs at `level` (0: the highest
-// level listed); 0 if none.
-int64_t SysfsDataCacheBytes(int level) {
+// level listed).
+SysfsCache SysfsDataCache(int level) {
   int best_level = 0;
-  int64_t bytes = 0;
+  SysfsCache cache;
   for (int index = 0; index < 16; ++index) {
     const std::string dir =
         "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index);
@@ -102,17 +126,18 @@ int64_t SysfsDataCacheBytes(int level) {
     if (!size) continue;
     if (level > 0 ? this_level == level : this_level > best_level) {
       best_level = this_level;
-      bytes = *size;
+      cache.bytes = *size;
+      cache.sharing_cpus = CountCpuList(ReadLine(dir + "/shared_cpu_list"));
     }
   }
-  return bytes;
+  return cache;
 }
 
 }  // namespace
 
 int64_t LastLevelCacheBytes() {
   static const int64_t bytes = [] {
-    if (const int64_t sysfs = SysfsDataCacheBytes(0); sysfs > 0) return sysfs;
+    if (const int64_t sysfs = SysfsDataCache(0).bytes; sysfs > 0) return sysfs;
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
     return llc > 0 ? static_cast<int64_t>(llc) : int64_t{0};
@@ -120,9 +145,29 @@ int64_t LastLevelCacheBytes() {
   return bytes;
 }
 
+int64_t PrivateCacheBytes() {
+  static const int64_t bytes = [] {
+    const SysfsCache sysfs = SysfsDataCache(2);
+    int64_t l2 = sysfs.bytes;
+    int sharing = sysfs.sharing_cpus;
+    if (l2 <= 0) {
+      const long libc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+      l2 = libc > 0 ? static_cast<int64_t>(libc) : int64_t{0};
+      sharing = 1;
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int cpus =
+        sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int cores = std::max(1, cpus / std::max(1, sharing));
+    return l2 * cores;
+  }();
+  return bytes;
+}
+
 int64_t L1DataCacheBytes() {
   static const int64_t bytes = [] {
-    if (const int64_t sysfs = SysfsDataCacheBytes(1); sysfs > 0) return sysfs;
+    if (const int64_t sysfs = SysfsDataCache(1).bytes; sysfs > 0) return sysfs;
     const long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
     return l1 > 0 ? static_cast<int64_t>(l1) : int64_t{0};
   }();

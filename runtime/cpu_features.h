@@ -37,6 +37,16 @@ bool CpuBf16DotPays();
 /// runtime/split_kv.h).
 int64_t LastLevelCacheBytes();
 
+/// Bytes of cache that only this process's cores use: cpu0's level-2
+/// cache (sysfs, else the C library's figure) times the CPUs the process
+/// may run on (its affinity mask) over the CPUs sharing that cache; 0 when
+/// nothing says. Read once per process. What a call can count on finding
+/// again in a later call: a shared last-level cache may be far larger
+/// (300 MiB listed on a 2-core Xeon guest) and is everyone's. Decides
+/// whether decode QK^T prefetches its K rows (DecodePrefetchesKeys,
+/// runtime/split_kv.h).
+int64_t PrivateCacheBytes();
+
 /// Bytes of one core's L1 data cache (cpu0's level-1 data cache in sysfs,
 /// else the C library's figure; 0 when neither says). Read once per
 /// process. Sizes the simd prefill tile (PrefillTileKeysFor, simd/kernel.h).

@@ -1,6 +1,7 @@
 #include "runtime/cpu_features.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -47,6 +48,23 @@ TEST(CpuFeaturesTest, LastLevelCacheIsTheHighestLevelTheKernelLists) {
   if (l2 > 0) {
     EXPECT_GE(bytes, l2);
   }
+}
+
+// The private caches: read once, at least one L2 where sysfs lists one,
+// and no more than one L2 per CPU we may run on.
+TEST(CpuFeaturesTest, PrivateCachesAreTheLevelTwoCachesOfTheCoresWeRunOn) {
+  const int64_t bytes = PrivateCacheBytes();
+  EXPECT_EQ(PrivateCacheBytes(), bytes);
+  EXPECT_GE(bytes, 0);
+  std::ifstream size("/sys/devices/system/cpu/cpu0/cache/index2/size");
+  if (!size) GTEST_SKIP() << "no sysfs cache information";
+  EXPECT_GE(bytes, int64_t{256} << 10) << "smaller than any L2 of an x86-64";
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  // No more L2s than CPUs we may run on, each at most 4 MiB (x86-64 cores
+  // so far have 256 KiB - 3 MiB).
+  EXPECT_LE(bytes, int64_t{CPU_COUNT(&set)} * (int64_t{4} << 20));
 }
 
 // The L1 data cache: read once, what sysfs lists at level 1 where it lists

@@ -23,8 +23,8 @@ bool DecodeKvStreamsFromDram(const AttentionProblem& p, int64_t llc_bytes) {
   return llc_bytes > 0 && KvBytes(p) > llc_bytes;
 }
 
-bool DecodePrefetchesKeys(const AttentionProblem& p, int64_t llc_bytes) {
-  return llc_bytes <= 0 || KvBytes(p) > llc_bytes / 2;
+bool DecodePrefetchesKeys(const AttentionProblem& p, int64_t private_bytes) {
+  return private_bytes <= 0 || KvBytes(p) > private_bytes;
 }
 
 int64_t CallBytes(const AttentionProblem& p) {

@@ -86,16 +86,21 @@ bool DecodeKvStreamsFromDram(const AttentionProblem& p,
                              int64_t llc_bytes = LastLevelCacheBytes());
 
 // Whether a decode call's QK^T prefetches the K rows ahead in software: K/V
-// above half the last-level cache (`llc_bytes`; unknown, 0: always). Below,
-// the K rows come from the caches, the hardware prefetchers keep up and the
-// prefetch instructions only cost: Hq 32 / Hkv 8 kv 512 BHSD (4 MiB), one
-// thread, f32 64.3 -> 58.3 us without them, bf16 43.0 -> 41.6 us. Half,
-// not all of it: at exactly the cache's size (kv 8192 bf16, 32 MiB) most
-// rows came from DRAM and `decode` ran 1.87x the time without the prefetch
-// (simd/README.md, "K prefetch only from DRAM"; 2-core AMD EPYC Zen 5 with
-// a 32 MiB L3, GCC 12.2, 2026-11-29).
+// above the cores' private caches (`private_bytes`, PrivateCacheBytes by
+// default; unknown, 0: always). Only K/V that fit there are sure to be
+// found again by a call that repeats; a shared last-level cache holds what
+// every other call and tenant left, and in a model's decode step each
+// layer's K/V comes back only after every other layer's. Below, the
+// hardware prefetchers keep up and the prefetch instructions only cost:
+// Hq 32 / Hkv 8 kv 512 BHSD (4 MiB) in L3, one thread, f32 64.3 -> 58.3 us
+// without them, bf16 43.0 -> 41.6 us (2-core AMD EPYC Zen 5, 1 MiB L2 per
+// core, 32 MiB L3, GCC 12.2, 2026-11-29). Above, from DRAM, leaving them
+// out costs far more: `decode` kv 8192 bf16 (32 MiB) 1.87x the time there;
+// on a 2-core Xeon guest listing a 300 MiB L3, decode_paired kv 16k
+// Hkv 8 ran 1.19-1.32x the time (2026-11-29, simd/README.md, "K prefetch
+// only from DRAM"), the rule then being half the last-level cache.
 bool DecodePrefetchesKeys(const AttentionProblem& p,
-                          int64_t llc_bytes = LastLevelCacheBytes());
+                          int64_t private_bytes = PrivateCacheBytes());
 
 // Bytes a call touches: every sequence's q_len rows of Q (the problem's
 // dtype) and of the f32 output, for every query head, and its K and V

@@ -53,12 +53,13 @@ TEST(DecodeKvBytesTest, SumsSequencesAndComparesWithTheCache) {
   EXPECT_FALSE(DecodeKvStreamsFromDram(p, 0));
   EXPECT_EQ(DecodeKvStreamsFromDram(p),
             DecodeKvStreamsFromDram(p, LastLevelCacheBytes()));
-  // K prefetched above half the cache, and always when it is unknown.
-  EXPECT_TRUE(DecodePrefetchesKeys(p, 2 * bytes - 2));
-  EXPECT_FALSE(DecodePrefetchesKeys(p, 2 * bytes));
+  // K prefetched above the private caches, and always when they are
+  // unknown.
+  EXPECT_TRUE(DecodePrefetchesKeys(p, bytes - 1));
+  EXPECT_FALSE(DecodePrefetchesKeys(p, bytes));
   EXPECT_TRUE(DecodePrefetchesKeys(p, 0));
   EXPECT_EQ(DecodePrefetchesKeys(p),
-            DecodePrefetchesKeys(p, LastLevelCacheBytes()));
+            DecodePrefetchesKeys(p, PrivateCacheBytes()));
 }
 
 // A call's bytes: Q in its dtype and the f32 output for every query of

@@ -179,8 +179,8 @@ struct DecodeKernel {
   }
 
   // The K rows ahead_keys ahead of the W dotted at jb, fetched by the first
-  // row group's dot loop -- in calls whose K/V exceed half the last-level
-  // cache (BlockJob::prefetch_keys, DecodePrefetchesKeys: below, the
+  // row group's dot loop -- in calls whose K/V exceed the cores' private
+  // caches (BlockJob::prefetch_keys, DecodePrefetchesKeys: below, the
   // prefetch instructions only cost).
   ATTNKIT_SIMD_STEP static AheadRows KeysAhead(const Item& it, const Tile& t,
                                                int64_t kvh, int64_t jb) {

@@ -165,8 +165,9 @@ struct BlockJob {
   // SimdOptions::read_ahead_above_bytes): decode items of several kv heads
   // read their blocks ahead (decode_kernel.h, Item::read_ahead).
   bool kv_from_dram = false;
-  // The call's K/V exceed half the last-level cache (DecodePrefetchesKeys,
-  // the same option): decode QK^T prefetches the K rows ahead (KeysAhead).
+  // The call's K/V exceed the cores' private caches (DecodePrefetchesKeys,
+  // SimdOptions::prefetch_keys_above_bytes): decode QK^T prefetches the K
+  // rows ahead (KeysAhead).
   bool prefetch_keys = true;
   // The call outgrows the last-level cache (OutputStreamsPastCache,
   // SimdOptions::stream_output_above_bytes): the prefill writes its output

@@ -131,7 +131,8 @@ Plan SimdBackend::MakePlan(const AttentionProblem& p, int threads) {
   // position rows (simd/README.md, "BSHD decode items").
   plan.kv_from_dram =
       DecodeKvStreamsFromDram(p, options_.read_ahead_above_bytes);
-  plan.prefetch_keys = DecodePrefetchesKeys(p, options_.read_ahead_above_bytes);
+  plan.prefetch_keys =
+      DecodePrefetchesKeys(p, options_.prefetch_keys_above_bytes);
   plan.stream_out =
       OutputStreamsPastCache(p, options_.stream_output_above_bytes);
   int64_t max_q = 0;

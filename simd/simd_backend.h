@@ -47,9 +47,11 @@ struct SimdOptions {
   // (bf16: see BshdItemReadsAhead in kernel.h) read each block ahead
   // instead of prefetching it
   // (DecodeKvStreamsFromDram, runtime/split_kv.h; ReadAhead in
-  // decode_kernel.h); decode QK^T prefetches K rows above half of it
-  // (DecodePrefetchesKeys). Tests set 1 to run those paths on small shapes.
+  // decode_kernel.h). Tests set 1 to run those paths on small shapes.
   int64_t read_ahead_above_bytes = LastLevelCacheBytes();
+  // Decode calls whose K/V exceed this many bytes prefetch the K rows ahead
+  // of QK^T (DecodePrefetchesKeys, runtime/split_kv.h; 0: always).
+  int64_t prefetch_keys_above_bytes = PrivateCacheBytes();
   // Calls whose Q, K, V and output together exceed this many bytes
   // (OutputStreamsPastCache, runtime/split_kv.h; 0: none) write their
   // prefill output rows with non-temporal stores where a row is aligned to

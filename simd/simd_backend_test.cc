@@ -141,6 +141,8 @@ class SimdIsaTest : public ::testing::TestWithParam<Isa> {
     o.force_kv_splits = force_splits;
     o.num_threads = threads;
     o.read_ahead_above_bytes = read_ahead_above_bytes;
+    // Forcing the DRAM paths forces the K prefetch too.
+    if (read_ahead_above_bytes == 1) o.prefetch_keys_above_bytes = 1;
     return MakeSimdBackend(o);
   }
 };
