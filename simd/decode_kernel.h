@@ -63,6 +63,7 @@ struct DecodeKernel {
           dot(X::kBf16Dot && d % 32 == 0 &&
               (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkInPlace))),
           in_place(d % W == 0),
+          pair_q(Micro::kQkInPlace && bf16 && !dot && d % 32 == 0),
           read_ahead(Micro::kQkInPlace &&
                      BshdItemReadsAhead(p, j.kv_heads, W, j.kv_from_dram)),
           k_type(in_place ? kv : DType::kF32),
@@ -91,6 +92,9 @@ struct DecodeKernel {
     const int64_t tile;   // keys per tile (DecodeTileKeys)
     const bool dot;       // QK^T on vdpbf16ps: q bf16, K bf16 or int8
     const bool in_place;  // K and V rows read in place: d % W == 0
+    // QK^T of f32 q and bf16 K on QkPairQ: q rows in its pair order
+    // (PairQueryRow).
+    const bool pair_q;
     // BSHD items of several kv heads of a call whose K/V outgrow the
     // last-level cache (BshdItemReadsAhead, kernel.h): each block's rows
     // read once in address order before its compute (ReadAhead), no
@@ -130,6 +134,9 @@ struct DecodeKernel {
       } else {
         LoadRow(a.q, off, 1, d, it.q + r * De);
         ZeroFloats(it.q + r * De + d, De - d);
+#if defined(__AVX512F__)
+        if (it.pair_q) Micro::PairQueryRow(it.q + r * De, De);
+#endif
       }
       ZeroFloats(it.o + r * De, De);
       it.m[r] = kNegInf;
@@ -398,6 +405,7 @@ struct DecodeKernel {
       if (it.i8)
         return QkRowGroups<typename M::template QkF32Q<int8_t>>(it, it.De, kb,
                                                                 jb);
+      if (it.pair_q) return QkRowGroups<typename M::QkPairQ>(it, it.De, kb, jb);
       if (it.bf16)
         return QkRowGroups<typename M::template QkF32Q<uint16_t>>(it, it.De, kb,
                                                                   jb);

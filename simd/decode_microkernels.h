@@ -274,8 +274,8 @@ struct DecodeMicroKernels {
   // multiply the reduced dot products in registers (lane r * KB + kk takes
   // key kk's), so S is stored once, scaled (a separate pass over S re-read
   // it right after these narrow stores, and stalled on store forwarding).
-  template <int RP>
-  static constexpr int kQkSegInPlace = 8 / RP > 1 ? 8 / RP : 1;
+  template <int RP, int QR = 1>
+  static constexpr int kQkSegInPlace = 8 / (RP * QR) > 1 ? 8 / (RP * QR) : 1;
   // sv's lanes in HAddP's order for the keys [kb, kb + KB): lane i takes
   // key kb + i % KB.
   template <int KB>
@@ -299,6 +299,7 @@ struct DecodeMicroKernels {
     using K = KT;
     using QV = __m512;
     static constexpr int L = 16;
+    static constexpr int kQRegs = 1;  // zmm registers per QV
     static QV LoadQ(const T* p) { return _mm512_loadu_ps(p); }
     static QV LoadK(const K* p) { return X::Load(p); }  // widened as stored
     static __m512 MulAdd(__m512 acc, QV q, QV k) {
@@ -312,6 +313,7 @@ struct DecodeMicroKernels {
     using K = KT;
     using QV = __m512bh;
     static constexpr int L = 32;
+    static constexpr int kQRegs = 1;
     static QV LoadQ(const T* p) { return (__m512bh)_mm512_loadu_si512(p); }
     static QV LoadK(const K* p) {
       if constexpr (std::is_same_v<K, int8_t>) {
@@ -325,6 +327,47 @@ struct DecodeMicroKernels {
     }
   };
 #endif
+  // f32 q against bf16 K where the bf16 dot does not pay (CpuBf16DotPays),
+  // L = 32 values per vector: each 32-bit lane of K holds a pair of bf16,
+  // the even one widened by a shift, the odd one by a mask -- one
+  // instruction per 16 values where QkF32Q<uint16_t>'s vpmovzxwd + vpslld
+  // take two. The q rows hold each 32 values' even ones, then its odd ones
+  // (PairQueryRow), so the two multiply-adds meet their own K halves.
+  struct QkPairQ {
+    using T = float;
+    using K = uint16_t;
+    struct QV {
+      __m512 even, odd;
+    };
+    static constexpr int L = 32;
+    static constexpr int kQRegs = 2;
+    static QV LoadQ(const T* p) {
+      return {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)};
+    }
+    static QV LoadK(const K* p) {
+      const __m512i pairs = _mm512_loadu_si512(p);
+      return {_mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)),
+              _mm512_castsi512_ps(_mm512_and_si512(
+                  pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))))};
+    }
+    static __m512 MulAdd(__m512 acc, QV q, QV k) {
+      return _mm512_fmadd_ps(q.odd, k.odd,
+                             _mm512_fmadd_ps(q.even, k.even, acc));
+    }
+  };
+  // Rearranges a row of n f32 values (n % 32 == 0) for QkPairQ: each 32
+  // values' even ones, then its odd ones.
+  static void PairQueryRow(float* row, int64_t n) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14,
+                                          12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t e = 0; e < n; e += 32) {
+      const __m512 lo = _mm512_loadu_ps(row + e);
+      const __m512 hi = _mm512_loadu_ps(row + e + 16);
+      _mm512_storeu_ps(row + e, _mm512_permutex2var_ps(lo, even, hi));
+      _mm512_storeu_ps(row + e + 16, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+  }
   // acc[r * KB + kk] += Q[r] . K[kk] over one segment of NS vectors from
   // e0, the keys' vectors in turn at each step along d, so the 16
   // accumulators are 16 independent multiply-add chains. Unrolled
@@ -412,7 +455,8 @@ struct DecodeMicroKernels {
       __m512 acc[16];
       for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
       int64_t e0 = 0;
-      QkSegmentsInPlace<Q, RP, kQkSegInPlace<RP>>(qr, kr, e0, n, acc);
+      QkSegmentsInPlace<Q, RP, kQkSegInPlace<RP, Q::kQRegs>>(qr, kr, e0, n,
+                                                             acc);
       V accv[16];
       for (int i = 0; i < 16; ++i) accv[i] = acc[i];
       const __m512 st = _mm512_mul_ps(X::HAddP(accv), BlockScales<KB>(sv, kb));
