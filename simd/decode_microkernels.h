@@ -269,11 +269,12 @@ struct DecodeMicroKernels {
   // int8. Compiled on its own, never inlined into the flattened decode
   // kernel (there GCC spilled the accumulators around the reduction and
   // QK^T took about twice the cycles it takes here), with a Q segment of
-  // 8 / RP registers, so the 16 accumulators, the Q segment and the
-  // (widened) K vector fit in the 32 zmm registers. The keys' scales
-  // multiply the reduced dot products in registers (lane r * KB + kk takes
-  // key kk's), so S is stored once, scaled (a separate pass over S re-read
-  // it right after these narrow stores, and stalled on store forwarding).
+  // 8 / RP registers (QkPairQ: 2 per vector), so the 16 accumulators, the Q
+  // segment and the (widened) K vector fit in the 32 zmm registers. The keys'
+  // scales multiply the reduced dot products in registers (lane r * KB + kk
+  // takes key kk's), so S is stored once, scaled (a separate pass over S
+  // re-read it right after these narrow stores, and stalled on store
+  // forwarding).
   template <int RP, int QR = 1>
   static constexpr int kQkSegInPlace = 8 / (RP * QR) > 1 ? 8 / (RP * QR) : 1;
   // sv's lanes in HAddP's order for the keys [kb, kb + KB): lane i takes
