@@ -127,13 +127,13 @@ static cl::opt<cl::boolOrDefault> avx512Exp2Opt(
     "avx512-exp2",
     cl::desc("exp2 of 16-lane vectors on AVX-512's vscalefps (default: "
              "whether this host has AVX-512F and DQ)"));
-// A decode kernel of one KV head that reads each KV tile ahead
-// (KernelSpec::readAhead; the backend's f32 decode of K/V larger than the
-// last-level cache).
+// A decode kernel that reads its K/V rows ahead (KernelSpec::readAhead; the
+// backend's decode of K/V larger than the last-level cache).
 static cl::opt<bool>
     readAheadOpt("read-ahead",
-                 cl::desc("a decode kernel of one KV head reads each KV tile's "
-                          "rows ahead instead of prefetching them"),
+                 cl::desc("a decode kernel reads its K/V rows ahead (each KV "
+                          "tile's; a headed one each 16 keys') instead of "
+                          "prefetching them"),
                  cl::init(false));
 // A band of KV heads per call (KernelSpec::headed; the backend's BSHD decode).
 static cl::opt<bool>
@@ -265,17 +265,15 @@ static int run(int argc, char **argv) {
     return fail("--bf16-dot: needs --dtype bf16 with bf16 K/V (got --dtype=" +
                 dtypeOpt + (kvDtypeOpt.empty() ? "" : " --kv-dtype=") +
                 kvDtypeOpt + ")");
-  // The vectorizer reads ahead only in a decode kernel of one head over
-  // rows of K and V (f32 or bf16); anywhere else the key would name a
-  // kernel that does not. (A block says so below.)
+  // The vectorizer reads ahead only in a decode kernel over rows of K and V
+  // (f32 or bf16); anywhere else the key would name a kernel that does not.
+  // (A block says so below.)
   if (spec.readAhead && hiddenOpt == 0 &&
-      (spec.queryTile != 1 || spec.headed || spec.vTransposed ||
-       spec.quantizedKv()))
-    return fail("--read-ahead: only a decode kernel (query tile 1) of one KV "
-                "head over f32 or bf16 K/V in rows (not --headed, not "
-                "--layout tv, not --kv-dtype i8); got query tile " +
+      (spec.queryTile != 1 || spec.vTransposed || spec.quantizedKv()))
+    return fail("--read-ahead: only a decode kernel (query tile 1) over f32 "
+                "or bf16 K/V in rows (not --layout tv, not --kv-dtype i8); "
+                "got query tile " +
                 std::to_string(spec.queryTile) +
-                (spec.headed ? ", --headed" : "") +
                 (spec.vTransposed ? ", --layout tv" : "") +
                 (spec.quantizedKv() ? ", --kv-dtype i8" : ""));
 

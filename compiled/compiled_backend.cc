@@ -50,12 +50,16 @@ KernelSpec specFor(const AttentionProblem &p, bool bf16Dot,
   s.headed =
       s.queryTile == 1 && p.layout == KvLayout::kBSHD && headedBand(p) > 1;
   s.kvTile = kvTileFor(s.queryTile, p.layout, s.kvDType());
-  // A decode of one kv head per call over f32 K/V that outgrow the
-  // last-level cache reads each tile ahead (DecodeKvStreamsFromDram, where
-  // the measurements are; bf16 gained too little from DRAM for what it cost
-  // from the caches).
-  s.readAhead = s.queryTile == 1 && !s.headed && !s.vTransposed &&
-                s.kvDType() == DType::kF32 &&
+  // A decode over K/V that outgrow the last-level cache reads each tile
+  // ahead (DecodeKvStreamsFromDram, where the measurements are): the kernel
+  // of one kv head per call over f32 K/V (bf16 gained too little from DRAM
+  // for what it cost from the caches), the headed kernel over f32 or bf16
+  // (README.md, the compiled decode). Below that the caches may still hold
+  // the rows, the read-ahead is not overlapped with the compute, and the
+  // kernels prefetch.
+  const DType kv = s.kvDType();
+  s.readAhead = s.queryTile == 1 && !s.vTransposed &&
+                (kv == DType::kF32 || (s.headed && kv == DType::kBF16)) &&
                 DecodeKvStreamsFromDram(p, cacheBytes);
   return s;
 }

@@ -14,9 +14,10 @@ namespace attnkit::compiled {
 /// The specialization a problem needs (lengths never enter it, but for
 /// readAhead). A bf16 problem's QKᵀ runs on vdpbf16ps when `bf16Dot` allows
 /// it and this CPU has AVX512_BF16; by default where that instruction also
-/// outruns f32 FMAs. An f32 decode of one kv head per call reads ahead
-/// (KernelSpec::readAhead) when its K/V exceed `cacheBytes`
-/// (DecodeKvStreamsFromDram; the last-level cache by default).
+/// outruns f32 FMAs. A decode reads ahead (KernelSpec::readAhead) when its
+/// K/V exceed `cacheBytes` (DecodeKvStreamsFromDram; the last-level cache by
+/// default): f32 for a kernel of one kv head per call, f32 or bf16 for the
+/// headed one.
 KernelSpec specFor(const AttentionProblem &p, bool bf16Dot = CpuBf16DotPays(),
                    int64_t cacheBytes = LastLevelCacheBytes());
 /// KV heads per call of a headed decode kernel (KernelSpec::headed): all of
@@ -33,9 +34,9 @@ struct CompiledBackendOptions {
   /// (CpuBf16DotPays: not on the Xeon of runtime/cpu_features.h, where the
   /// widened QKᵀ is the faster one); tests set it to run either path.
   bool bf16Dot = CpuBf16DotPays();
-  /// specFor's cacheBytes: f32 decodes of one kv head per call whose K/V
-  /// exceed it read each KV tile ahead (KernelSpec::readAhead). Tests set 1
-  /// to run that kernel on small shapes.
+  /// specFor's cacheBytes: decodes whose K/V exceed it read their rows
+  /// ahead (KernelSpec::readAhead). Tests set 1 to run those kernels on
+  /// small shapes.
   int64_t readAheadAboveBytes = LastLevelCacheBytes();
 };
 

@@ -608,7 +608,9 @@ TEST(CompiledBackendTest, SplitKvDecodeMatchesOracle) {
 // groups 1 and 4, every mask x q dtype, f32/bf16 and i8 K/V, head_dim 40
 // (tails) and 128, ragged q_len 1..3 with an empty sequence, and a long
 // sequence whose keys the threads split (partials merged across the band's
-// heads); a repeated step allocates nothing. The other layouts and prefill
+// heads), both forms of it: prefetching (the cache size unknown: 0) and, for
+// f32 / bf16 K/V, reading its rows ahead (as for K/V larger than the cache:
+// 1 byte); a repeated step allocates nothing. The other layouts and prefill
 // keep the kernel per kv head.
 TEST(CompiledBackendTest, HeadedBshdDecodeAgainstOracle) {
   Rng shapes(41);
@@ -635,8 +637,17 @@ TEST(CompiledBackendTest, HeadedBshdDecodeAgainstOracle) {
         ASSERT_TRUE(spec.headed) << p.ToString();
         ASSERT_EQ(spec.queryTile, 1);
         SCOPED_TRACE(p.ToString());
+        ASSERT_FALSE(specFor(p, false, 0).readAhead);
+        ASSERT_EQ(specFor(p, false, 1).readAhead, !i8);
+        for (int64_t aboveBytes : {int64_t{0}, int64_t{1}}) {
+          if (i8 && aboveBytes == 1)
+            continue; // int8 rows always prefetch
+          SCOPED_TRACE(aboveBytes == 1 ? "read ahead" : "prefetched");
+          CompiledBackendOptions options;
+          options.readAheadAboveBytes = aboveBytes;
+          ExpectMatchesOracle(*MakeCompiledBackend(options), p, 500 + cases);
+        }
         auto backend = MakeCompiledBackend();
-        ExpectMatchesOracle(*backend, p, 500 + cases);
         // A repeated decode step allocates nothing (items, partials and
         // LSE rows of the band reuse their capacity).
         auto data = AttentionData::Create(p);
@@ -694,12 +705,12 @@ TEST(CompiledBackendTest, ReadAheadDecodeAgainstOracle) {
   EXPECT_EQ(cases, 16);
 }
 
-// Who reads ahead: an f32 decode of one kv head per call (BHSD) whose K and V
-// exceed the cache, and nothing else -- not a call that fits, not bf16 or
-// int8 K/V, not a transposed V, not a headed BSHD kernel (which reads ahead
-// on its own terms), not a prefill, not an unknown cache size (0). The
-// choice is part of the key.
-TEST(KernelSpecTest, ReadAheadOnlyForF32DecodesLargerThanTheCache) {
+// Who reads ahead: a decode whose K and V exceed the cache -- f32 of one kv
+// head per call (BHSD), f32 or bf16 in the headed BSHD kernel -- and nothing
+// else: not a call that fits, not bf16 K/V of one head per call, not int8
+// K/V, not a transposed V, not a prefill, not an unknown cache size (0).
+// The choice is part of the key.
+TEST(KernelSpecTest, ReadAheadOnlyForDecodesLargerThanTheCache) {
   AttentionProblem p;
   p.q_heads = 32;
   p.kv_heads = 8;
@@ -725,6 +736,16 @@ TEST(KernelSpecTest, ReadAheadOnlyForF32DecodesLargerThanTheCache) {
   EXPECT_FALSE(specFor(other, false, 1).readAhead);
   other = p;
   other.layout = KvLayout::kBSHD;
+  ASSERT_TRUE(specFor(other, false, 1).headed);
+  EXPECT_TRUE(specFor(other, false, bytes - 1).readAhead);
+  EXPECT_EQ(specFor(other, false, bytes - 1).key(),
+            "d128_f32_none_v_g4_q1_heads_ra");
+  EXPECT_FALSE(specFor(other, false, bytes).readAhead);
+  EXPECT_FALSE(specFor(other, false, 0).readAhead);
+  other.dtype = DType::kBF16;
+  EXPECT_TRUE(specFor(other, false, 1).readAhead);
+  other.dtype = DType::kF32;
+  other.kv_dtype = DType::kI8;
   ASSERT_TRUE(specFor(other, false, 1).headed);
   EXPECT_FALSE(specFor(other, false, 1).readAhead);
   other = p;
@@ -1030,6 +1051,7 @@ TEST(CompiledBackendTest, AotAndJitKernelsAgree) {
         Case{64, 4, 40, 130, DType::kBF16, MaskKind::kCausal, true},
         Case{128, 4, 1, 300, DType::kF32, MaskKind::kCausal, false, 3},
         Case{128, 1, 1, 300, DType::kBF16, MaskKind::kNone, true, 3},
+        Case{128, 4, 1, 300, DType::kBF16, MaskKind::kCausal, false, 3, true},
         Case{128, 4, 1, 300, DType::kF32, MaskKind::kCausal, false, 1, true}}) {
     AttentionProblem p;
     p.kv_heads = c.kvHeads;

@@ -131,11 +131,11 @@ struct KernelSpec {
   /// BSHD cache's position rows are read whole, not a head's slice of every
   /// row over the whole sequence (vectorize_flash_pass.cc).
   bool headed = false;
-  /// A decode kernel of one KV head reads each KV tile's K and V rows once,
-  /// in address order, before its compute instead of prefetching them
-  /// (specFor: f32 K/V of a call larger than the last-level cache,
-  /// DecodeKvStreamsFromDram in runtime/split_kv.h). Headed kernels read
-  /// ahead whatever this says (vectorize_decode.cc).
+  /// A decode kernel reads its K and V rows once, in address order, before
+  /// their compute instead of prefetching them: a kernel of one KV head each
+  /// KV tile's, a headed kernel each 16 keys' (specFor: K/V of a call larger
+  /// than the last-level cache, DecodeKvStreamsFromDram in
+  /// runtime/split_kv.h; f32 for one head, f32 or bf16 headed).
   bool readAhead = false;
   /// Keys per tile of the online-softmax loop (kvTileFor).
   int64_t kvTile = kKvTile;

@@ -377,16 +377,16 @@ void Emitter::emitDecode(Value i0, Value bq, Value lo, Value hi) {
           cI(r0), std::min(rb, rows_ - r0), rescale);
   };
 
-  // Headed kernels (BSHD decode) of f32 or bf16 K/V read ahead; int8 rows
-  // keep the software prefetch (not measured: no int8 BSHD benchmark).
-  // bf16 read ahead, 6 interleaved rounds against prefetching, Zen 5:
+  // Read ahead when asked (KernelSpec::readAhead: the backend asks for K/V
+  // larger than the last-level cache -- f32 for a kernel of one head, f32
+  // or bf16 for a headed one), never over int8 rows or a transposed V; a
+  // headed kernel 16 keys at a time, a kernel of one head each tile's K and
+  // V rows before its QK^T. Otherwise the rows are prefetched. Headed bf16
+  // read ahead, 6 interleaved rounds against prefetching, Zen 5:
   // decode_paired Hkv 8 0.78x the time, decode kv 16k Hkv 32 0.75x, kv 4k
-  // Hkv 8 (16 MiB, L3-resident when called back to back) 1.12x. (The simd
-  // kernel's bf16 did not gain from it: 1.0-1.2x; it reads ahead for f32
-  // only.) A kernel of one head reads ahead when asked (KernelSpec::
-  // readAhead: the backend asks for f32 K/V larger than the last-level
-  // cache), each tile's K and V rows before its QK^T.
-  readAhead_ = (f_.heads || readAheadAsked_) && !f_.vTransposed &&
+  // Hkv 8 (16 MiB, L3-resident when called back to back) 1.12x. On a Xeon
+  // the prefetch won from DRAM too (README.md, the compiled decode).
+  readAhead_ = readAheadAsked_ && !f_.vTransposed &&
                !elemOf(f_.k).isInteger() && !elemOf(f_.v).isInteger();
   loop(lo, hi, cI(bkMax), [&](Value j0) {
     Value bk = minI(cI(bkMax), sub(hi, j0));

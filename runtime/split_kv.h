@@ -72,7 +72,8 @@ int64_t KvBytes(const AttentionProblem& p);
 // that they stream from DRAM whatever ran before it. The compiled decode
 // kernel of one kv head (BHSD) over f32 K/V then reads each tile's K and V
 // rows once, one load per line in address order, before its compute,
-// instead of prefetching them (KernelSpec::readAhead, Emitter::readAhead).
+// instead of prefetching them (KernelSpec::readAhead, Emitter::readAhead);
+// the headed kernel (BSHD) over f32 or bf16 K/V each 16 keys' rows.
 // From DRAM that streams faster: decode_paired kv 16k Hq 32 / Hkv 8 0.81-
 // 0.84x the time; but the read is not overlapped with the compute, so
 // from the caches it costs: 1.18-1.27x at kv 512-2048 called back to back

@@ -20,10 +20,19 @@
 // for all heads before the loop, 16-key blocks of the tile with a loop over
 // the heads inside, each head's K rows sliced from the band, read once in
 // address order (an element per line into an empty asm with side effects)
-// before the block's QK^T -- and leaves the head loop one trip (the
-// canonicalizer folds it).
+// before the block's QK^T when asked to read ahead (read-ahead=true,
+// KernelSpec::readAhead: K/V larger than the last-level cache), nothing
+// prefetched -- and leaves the head loop one trip (the canonicalizer folds
+// it). Not asked, the same kernel prefetches each head's rows ahead and
+// reads nothing ahead (HEADEDPF).
 // RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 2 --q-len 1 --kv-len 300 --headed \
-// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash | FileCheck %s --check-prefix=HEADED
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash="read-ahead=true" > %t.headed
+// RUN: FileCheck %s --check-prefix=HEADED < %t.headed
+// RUN: FileCheck %s --check-prefix=HEADEDNOPF < %t.headed
+// RUN: attnkit-compile --emit=attention --head-dim 32 --heads 4 --kv-heads 2 --q-len 1 --kv-len 300 --headed \
+// RUN:   | attnkit-opt --attnkit-flash-attention="query-tile=1" | attnkit-opt --attnkit-vectorize-flash > %t.headedpf
+// RUN: FileCheck %s --check-prefix=HEADEDPF < %t.headedpf
+// RUN: FileCheck %s --check-prefix=HEADEDNORA < %t.headedpf
 // HEADED-LABEL: func.func @attention
 // HEADED:       %[[H:.*]] = memref.dim %arg6, %c0
 // HEADED:       memref.alloca(%[[H]]) {{.*}} : memref<?x2x32xf32>
@@ -40,6 +49,14 @@
 // HEADED:             scf.for %{{.*}} = %[[JB]] to %{{.*}} step %c8
 // HEADED:       } {attnkit.flash_role = #attnkit.flash_role<head_loop>}
 // HEADED-NOT:   linalg.generic
+// HEADEDNOPF-NOT: memref.prefetch
+// HEADEDNORA-NOT: llvm.inline_asm
+// HEADEDPF-LABEL: func.func @attention
+// HEADEDPF:       scf.for %[[JB:.*]] = %{{.*}} to %{{.*}} step %c16
+// HEADEDPF:         scf.for %[[HH:.*]] = %{{.*}} to %{{.*}} step
+// HEADEDPF:           memref.subview %arg1[%[[HH]], 0, 0]
+// HEADEDPF:           scf.for %{{.*}} = %[[JB]] to %{{.*}} step %c8
+// HEADEDPF:             memref.prefetch
 //
 // A headed prefill kernel keeps its heads outside: the head loop runs over
 // the band, the per-head kernel inside it.
