@@ -752,10 +752,14 @@ struct DecodeKernel {
                        a.v.strides[2], o, pf_rows, AheadRows{});
     } else {
       // An item of one kv head (PvTile hands it the whole tile): its last
-      // row pair fetches the next tile's K rows (PvRowsAll).
+      // row pair fetches the next tile's K rows (PvRowsAll). Whole rows
+      // (PvWholeRows) are prefetched only where the K rows are
+      // (BlockJob::prefetch_keys: K/V above the private caches).
+      const bool whole =
+          Micro::template PvWholeRows<float>(it.De, a.v.strides[2]);
       Micro::PvRowsAll(
           it.Rh, it.De, pm, it.tile, nj, a.v.As<float>() + off, a.v.strides[2],
-          o, pf_rows,
+          o, whole && !it.job.prefetch_keys ? 0 : pf_rows,
           it.job.kv_heads == 1 ? NextTileKeys(it, t, kvh) : AheadRows{});
     }
   }

@@ -117,24 +117,30 @@ struct DecodeMicroKernels {
   // stream.
   //
   // f32 rows of d = 128 (two column blocks) adjacent in memory (BHSD, or the
-  // workspace's widened copies) go another way: whole rows, two rows of P
-  // at a time (PvRows<2, 8>: 16 accumulators, 8 V vectors), no software
-  // prefetch.
+  // workspace's widened copies; PvWholeRows) go another way: whole rows, two
+  // rows of P at a time (PvRows<2, 8>: 16 accumulators, 8 V vectors).
   //
   // pf_rows: rows that exist from vbase on (the keys left in the work item):
-  // the first row block prefetches rows PrefetchKeys() ahead up to there; 0
-  // for nothing to prefetch (a workspace copy, or rows the decode kernel's
-  // ReadAhead has read). The whole-row path prefetches none of V; its last
-  // row pair, when there are two or more, fetches `next_k` (row j at key j:
-  // the next tile's K rows) -- that pair re-reads the tile's V from L2, and
-  // without it the core's DRAM stream stood idle until the next QK^T
-  // (simd/README.md, "The next tile's K during P.V").
+  // the first row block (whole rows: the first row pair) prefetches rows
+  // PrefetchKeys() ahead up to there; 0 for nothing to prefetch (a workspace
+  // copy, or rows the decode kernel's ReadAhead has read; the decode kernel
+  // passes 0 for whole rows in calls whose K/V fit the private caches). The
+  // whole-row path's last row pair, when there are two or more, fetches
+  // `next_k` (row j at key j: the next tile's K rows) -- that pair re-reads
+  // the tile's V from L2, and without it the core's DRAM stream stood idle
+  // until the next QK^T (simd/README.md, "The next tile's K during P.V").
   //
   // Never inlined: compiled on its own, its loops are split at the end of
   // the prefetched rows and unswitched on whether to prefetch at all; inlined
   // into the decode kernel GCC 12 did neither (4 more instructions per key
   // and row block, simd/README.md, "Checking that a refactor kept the
   // speed"). One call per tile and kv head.
+  // Whether PvRowsAll takes the whole-row path for rows of De values of T,
+  // vs apart.
+  template <typename T>
+  static constexpr bool PvWholeRows(int64_t De, int64_t vs) {
+    return W >= 16 && sizeof(T) == 4 && De == 2 * kPvCols * W && vs == De;
+  }
   template <typename T>
   [[gnu::noinline]] static void PvRowsAll(int64_t R, int64_t De,
                                           const float* sm, int64_t ss,
@@ -142,21 +148,33 @@ struct DecodeMicroKernels {
                                           int64_t vs, float* o, int64_t pf_rows,
                                           const AheadRows& next_k) {
     if constexpr (W >= 16 && sizeof(T) == 4) {
-      if (De == 2 * kPvCols * W && vs == De) {
-        // The first row pair reads the tile as one address-ordered stream,
-        // which the hardware prefetchers follow (the next pairs re-read it
-        // from L2), so the per-key prefetch instructions go: decode f32
-        // BHSD ran 0.84-0.96x the time of the half-row column passes with
-        // their prefetch, kv 512 batch 1 (4 MiB, L3-warm) 1.05x
-        // (simd/README.md, "P.V over whole rows").
+      if (PvWholeRows<T>(De, vs)) {
+        // The first row pair reads the tile as one address-ordered stream
+        // (the next pairs re-read it from L2), whole rows of V prefetched
+        // PrefetchKeys() ahead: decode f32 BHSD ran 0.84-0.96x the time of
+        // the half-row column passes with their prefetch on a Zen 5, where
+        // the hardware prefetchers followed the stream; on a Xeon, whose
+        // cores read DRAM at half the rate without the software prefetch,
+        // prefetching the rows measured 0.91-0.94x (simd/README.md, "P.V
+        // over whole rows").
+        AheadRows v_ahead;
+        const int64_t ahead_keys = PrefetchKeys(De * 4);
+        if (ahead_keys < pf_rows) {
+          v_ahead.base = reinterpret_cast<const char*>(vbase + ahead_keys * vs);
+          v_ahead.stride = vs * 4;
+          v_ahead.n = pf_rows - ahead_keys;
+          v_ahead.bytes = De * 4;
+        }
         for (int64_t r0 = 0; r0 < R; r0 += 2) {
           if (R - r0 >= 2) {
-            PvRows<2, 2 * kPvCols>(
-                sm + r0 * ss, ss, nt, vbase, vs, o + r0 * De, De,
-                r0 > 0 && r0 + 2 >= R ? next_k : AheadRows{});
+            PvRows<2, 2 * kPvCols>(sm + r0 * ss, ss, nt, vbase, vs, o + r0 * De,
+                                   De,
+                                   r0 == 0       ? v_ahead
+                                   : r0 + 2 >= R ? next_k
+                                                 : AheadRows{});
           } else {
             PvRows<1, 2 * kPvCols>(sm + r0 * ss, ss, nt, vbase, vs, o + r0 * De,
-                                   De, AheadRows{});
+                                   De, r0 == 0 ? v_ahead : AheadRows{});
           }
         }
         return;

@@ -167,7 +167,7 @@ struct BlockJob {
   bool kv_from_dram = false;
   // The call's K/V exceed the cores' private caches (DecodePrefetchesKeys,
   // SimdOptions::prefetch_keys_above_bytes): decode QK^T prefetches the K
-  // rows ahead (KeysAhead).
+  // rows ahead (KeysAhead), and P.V whole f32 V rows (PvWholeRows).
   bool prefetch_keys = true;
   // The call outgrows the last-level cache (OutputStreamsPastCache,
   // SimdOptions::stream_output_above_bytes): the prefill writes its output
