@@ -98,6 +98,12 @@ struct DecodeMicroKernels {
       }
     }
   }
+  // Whether PvRowsAll takes the whole-row path for rows of De values of T,
+  // vs apart.
+  template <typename T>
+  static constexpr bool PvWholeRows(int64_t De, int64_t vs) {
+    return W >= 16 && sizeof(T) == 4 && De == 2 * kPvCols * W && vs == De;
+  }
   // O += P V over a tile of nt keys (P rows ss apart), in blocks of 4 rows x
   // kPvCols vectors.
   //
@@ -135,12 +141,6 @@ struct DecodeMicroKernels {
   // into the decode kernel GCC 12 did neither (4 more instructions per key
   // and row block, simd/README.md, "Checking that a refactor kept the
   // speed"). One call per tile and kv head.
-  // Whether PvRowsAll takes the whole-row path for rows of De values of T,
-  // vs apart.
-  template <typename T>
-  static constexpr bool PvWholeRows(int64_t De, int64_t vs) {
-    return W >= 16 && sizeof(T) == 4 && De == 2 * kPvCols * W && vs == De;
-  }
   template <typename T>
   [[gnu::noinline]] static void PvRowsAll(int64_t R, int64_t De,
                                           const float* sm, int64_t ss,
@@ -155,8 +155,8 @@ struct DecodeMicroKernels {
         // the half-row column passes with their prefetch on a Zen 5, where
         // the hardware prefetchers followed the stream; on a Xeon, whose
         // cores read DRAM at half the rate without the software prefetch,
-        // prefetching the rows measured 0.91-0.94x (simd/README.md, "P.V
-        // over whole rows").
+        // prefetching the rows measured 0.85-0.96x at kv 16k
+        // (simd/README.md, "P.V over whole rows").
         AheadRows v_ahead;
         const int64_t ahead_keys = PrefetchKeys(De * 4);
         if (ahead_keys < pf_rows) {
