@@ -714,14 +714,9 @@ struct DecodeKernel {
                                           int64_t kvh, int64_t s0) {
     const AttentionArgs& a = it.a;
     const int64_t b = it.job.batch, d = it.d, De = it.De;
-    AheadRows v_ahead;
-    if (t.j0 + it.ahead_keys < it.end) {
-      v_ahead.base =
-          it.vdata + a.v.Offset(b, kvh, t.j0 + it.ahead_keys, 0) * it.esize;
-      v_ahead.stride = a.v.strides[2] * it.esize;
-      v_ahead.n = it.end - (t.j0 + it.ahead_keys);
-      v_ahead.bytes = d * it.esize;
-    }
+    const AheadRows v_ahead = AheadRows::Skipping(
+        it.vdata + a.v.Offset(b, kvh, t.j0, 0) * it.esize,
+        a.v.strides[2] * it.esize, it.ahead_keys, it.end - t.j0, d * it.esize);
     for (int64_t j = 0; j < t.nt; ++j) {
       v_ahead.Fetch(j);
       LoadRow(a.v, a.v.Offset(b, kvh, t.j0 + j, 0), 1, d, it.vw + j * De);
@@ -729,7 +724,7 @@ struct DecodeKernel {
     }
     Micro::PvRowsAll(it.Rh, De, it.sm + s0 * it.tile, it.tile, t.nt,
                      static_cast<const float*>(it.vw), De, it.o + s0 * De, 0,
-                     AheadRows{});
+                     false, AheadRows{});
   }
 
   // O += P V of V rows read in place (bf16 and int8 widened in registers)
@@ -745,21 +740,19 @@ struct DecodeKernel {
     if (it.bf16) {
       Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj,
                        static_cast<const uint16_t*>(a.v.data) + off,
-                       a.v.strides[2], o, pf_rows, AheadRows{});
+                       a.v.strides[2], o, pf_rows, false, AheadRows{});
     } else if (it.i8) {
       Micro::PvRowsAll(it.Rh, it.De, pm, it.tile, nj,
                        static_cast<const int8_t*>(a.v.data) + off,
-                       a.v.strides[2], o, pf_rows, AheadRows{});
+                       a.v.strides[2], o, pf_rows, false, AheadRows{});
     } else {
       // An item of one kv head (PvTile hands it the whole tile): its last
-      // row pair fetches the next tile's K rows (PvRowsAll). Whole rows
-      // (PvWholeRows) are prefetched only where the K rows are
-      // (BlockJob::prefetch_keys: K/V above the private caches).
-      const bool whole =
-          Micro::template PvWholeRows<float>(it.De, a.v.strides[2]);
+      // row pair fetches the next tile's K rows (PvRowsAll). Whole rows are
+      // prefetched only where the K rows are (BlockJob::prefetch_keys: K/V
+      // above the private caches).
       Micro::PvRowsAll(
           it.Rh, it.De, pm, it.tile, nj, a.v.As<float>() + off, a.v.strides[2],
-          o, whole && !it.job.prefetch_keys ? 0 : pf_rows,
+          o, pf_rows, it.job.prefetch_keys,
           it.job.kv_heads == 1 ? NextTileKeys(it, t, kvh) : AheadRows{});
     }
   }

@@ -46,6 +46,14 @@ struct DecodeMicroKernels {
         __builtin_prefetch(base + j * stride + x, 0, 2);
     }
     void Fetch(int64_t j) const { Fetch(j, bytes); }
+    // Rows `skip` on of the `rows` at `first` (`stride` bytes apart, `bytes`
+    // of each): row j here is row skip + j there; empty when skip >= rows.
+    static AheadRows Skipping(const void* first, int64_t stride, int64_t skip,
+                              int64_t rows, int64_t bytes) {
+      if (skip >= rows) return AheadRows{};
+      return AheadRows{static_cast<const char*>(first) + skip * stride, stride,
+                       rows - skip, bytes};
+    }
     void FetchAll() const {
       for (int64_t j = 0; j < n; ++j) Fetch(j);
     }
@@ -129,12 +137,13 @@ struct DecodeMicroKernels {
   // pf_rows: rows that exist from vbase on (the keys left in the work item):
   // the first row block (whole rows: the first row pair) prefetches rows
   // PrefetchKeys() ahead up to there; 0 for nothing to prefetch (a workspace
-  // copy, or rows the decode kernel's ReadAhead has read; the decode kernel
-  // passes 0 for whole rows in calls whose K/V fit the private caches). The
-  // whole-row path's last row pair, when there are two or more, fetches
-  // `next_k` (row j at key j: the next tile's K rows) -- that pair re-reads
-  // the tile's V from L2, and without it the core's DRAM stream stood idle
-  // until the next QK^T (simd/README.md, "The next tile's K during P.V").
+  // copy, or rows the decode kernel's ReadAhead has read). The whole-row path
+  // prefetches only when `whole_rows_ahead` (the decode kernel: K/V above the
+  // private caches, BlockJob::prefetch_keys). The whole-row path's last row
+  // pair, when there are two or more, fetches `next_k` (row j at key j: the
+  // next tile's K rows) -- that pair re-reads the tile's V from L2, and without
+  // it the core's DRAM stream stood idle until the next QK^T (simd/README.md,
+  // "The next tile's K during P.V").
   //
   // Never inlined: compiled on its own, its loops are split at the end of
   // the prefetched rows and unswitched on whether to prefetch at all; inlined
@@ -146,6 +155,7 @@ struct DecodeMicroKernels {
                                           const float* sm, int64_t ss,
                                           int64_t nt, const T* vbase,
                                           int64_t vs, float* o, int64_t pf_rows,
+                                          bool whole_rows_ahead,
                                           const AheadRows& next_k) {
     if constexpr (W >= 16 && sizeof(T) == 4) {
       if (PvWholeRows<T>(De, vs)) {
@@ -157,14 +167,12 @@ struct DecodeMicroKernels {
         // cores read DRAM at half the rate without the software prefetch,
         // prefetching the rows measured 0.85-0.96x at kv 16k
         // (simd/README.md, "P.V over whole rows").
-        AheadRows v_ahead;
-        const int64_t ahead_keys = PrefetchKeys(De * 4);
-        if (ahead_keys < pf_rows) {
-          v_ahead.base = reinterpret_cast<const char*>(vbase + ahead_keys * vs);
-          v_ahead.stride = vs * 4;
-          v_ahead.n = pf_rows - ahead_keys;
-          v_ahead.bytes = De * 4;
-        }
+        const int64_t row_bytes = De * static_cast<int64_t>(sizeof(T));
+        const AheadRows v_ahead =
+            whole_rows_ahead ? AheadRows::Skipping(
+                                   vbase, vs * static_cast<int64_t>(sizeof(T)),
+                                   PrefetchKeys(row_bytes), pf_rows, row_bytes)
+                             : AheadRows{};
         for (int64_t r0 = 0; r0 < R; r0 += 2) {
           if (R - r0 >= 2) {
             PvRows<2, 2 * kPvCols>(sm + r0 * ss, ss, nt, vbase, vs, o + r0 * De,
@@ -197,14 +205,12 @@ struct DecodeMicroKernels {
           const int dv = static_cast<int>(
               (De - e0) / W < kPvCols ? (De - e0) / W : kPvCols);
           float* orow = o + r0 * De + e0;
-          AheadRows ahead;
-          if (r0 == 0 && j0 + ahead_keys < pf_rows) {
-            ahead.base =
-                reinterpret_cast<const char*>(vj + ahead_keys * vs + e0);
-            ahead.stride = vs * static_cast<int64_t>(sizeof(T));
-            ahead.n = pf_rows - (j0 + ahead_keys);
-            ahead.bytes = dv * W * static_cast<int64_t>(sizeof(T));
-          }
+          const AheadRows ahead =
+              r0 == 0 ? AheadRows::Skipping(
+                            vj + e0, vs * static_cast<int64_t>(sizeof(T)),
+                            ahead_keys, pf_rows - j0,
+                            dv * W * static_cast<int64_t>(sizeof(T)))
+                      : AheadRows{};
           switch (rb) {
             case 1:
               PvRowsDv<1>(dv, pm, ss, nj, vj + e0, vs, orow, De, ahead);
