@@ -3,6 +3,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <x86intrin.h>
 
@@ -22,6 +23,23 @@ bool CpuHasAvx512Bf16() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
     return ((a >> 5) & 1u) != 0;
+  }();
+  return has;
+}
+
+bool CpuHasAmxBf16() {
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = ((d >> 24) & 1u) != 0, bf16 = ((d >> 22) & 1u) != 0;
+    const bool osxsave = (__get_cpuid(1, &a, &b, &c, &d) && ((c >> 27) & 1u));
+    if (!tile || !bf16 || !osxsave) return false;
+    // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS manages the state.
+    uint32_t lo = 0, hi = 0;
+    asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (((lo >> 17) & 3u) != 3u) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
   return has;
 }

@@ -11,6 +11,14 @@ namespace attnkit {
 /// AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16): CPUID.(EAX=7,ECX=1):EAX[5].
 bool CpuHasAvx512Bf16();
 
+/// AMX with bf16 tiles usable by this process: AMX-TILE and AMX-BF16
+/// (CPUID.(EAX=7,ECX=0):EDX[24] and [22]), the OS saving the tile state
+/// (XCR0 bits 17 and 18), and Linux granting the tile data to the process
+/// (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process on the first
+/// call; without the grant the first tile instruction raises SIGILL). False
+/// on CPUs without AMX (every AMD core to date) and where the kernel refuses.
+bool CpuHasAmxBf16();
+
 /// Multiply-adds per cycle of vdpbf16ps (two per lane) over those of f32
 /// vfmadd (one per lane), measured once per process on 16 independent
 /// chains of each (best of several short runs, ~0.1 ms in all); 0 without

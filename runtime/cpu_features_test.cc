@@ -1,11 +1,13 @@
 #include "runtime/cpu_features.h"
 
 #include <gtest/gtest.h>
+#include <immintrin.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <fstream>
+#include <string>
 
 namespace attnkit {
 namespace {
@@ -16,6 +18,51 @@ namespace {
 TEST(CpuFeaturesTest, Avx512Bf16AgreesWithTheCompilersDetection) {
   __builtin_cpu_init();
   EXPECT_EQ(CpuHasAvx512Bf16(), __builtin_cpu_supports("avx512bf16") != 0);
+}
+
+// The flags the Linux kernel lists for cpu0 in /proc/cpuinfo.
+std::string CpuinfoFlags() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("flags", 0) == 0) return line + " ";
+  }
+  return "";
+}
+
+// Zeroes tile 0 under a one-tile configuration and stores it: without the
+// kernel's grant the configuration load raises SIGILL.
+[[gnu::target("amx-tile"), gnu::noinline]] bool TileRoundTrips() {
+  alignas(64) unsigned char config[64] = {};
+  config[0] = 1;    // palette 1
+  config[16] = 64;  // tile 0: 64 bytes a row
+  config[48] = 16;  // tile 0: 16 rows
+  alignas(64) float out[16 * 16];
+  for (float& x : out) x = 1.0f;
+  _tile_loadconfig(config);
+  _tile_zero(0);
+  _tile_stored(0, out, 64);
+  _tile_release();
+  for (float x : out)
+    if (x != 0.0f) return false;
+  return true;
+}
+
+// The probe agrees with the kernel's own reading of CPUID and XCR0 (it lists
+// amx_tile and amx_bf16 only when the OS manages the tile state), and where
+// it says yes the grant is real: a tile instruction runs.
+TEST(CpuFeaturesTest, AmxBf16AgreesWithTheKernelAndTilesRun) {
+  const std::string flags = CpuinfoFlags();
+  if (flags.empty()) {
+    GTEST_SKIP() << "no /proc/cpuinfo flags";
+  }
+  const bool listed = flags.find(" amx_tile ") != std::string::npos &&
+                      flags.find(" amx_bf16 ") != std::string::npos;
+  EXPECT_EQ(CpuHasAmxBf16(), listed);
+  EXPECT_EQ(CpuHasAmxBf16(), CpuHasAmxBf16());  // asked once, cached
+  if (CpuHasAmxBf16()) {
+    EXPECT_TRUE(TileRoundTrips());
+  }
 }
 
 // The probe behind the kernels' bf16 QK^T choice: no ratio without the

@@ -48,6 +48,8 @@ const KernelOps* OpsFor(Isa isa) {
       return cpu.avx512bw ? &Avx512Ops() : nullptr;
     case Isa::kAvx512Bf16:
       return cpu.avx512bw && CpuHasAvx512Bf16() ? &Avx512Bf16Ops() : nullptr;
+    case Isa::kAvx512Amx:
+      return cpu.avx512bw && CpuHasAmxBf16() ? &Avx512AmxOps() : nullptr;
   }
   return nullptr;
 }
@@ -63,7 +65,8 @@ const KernelOps* BestOps() {
 
 std::vector<Isa> AvailableIsas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16,
+                  Isa::kAvx512Amx}) {
     if (internal::OpsFor(isa) != nullptr) isas.push_back(isa);
   }
   return isas;

@@ -13,8 +13,12 @@ const KernelOps& Avx512Ops() {
 // chosen where that instruction outruns widening to f32 FMAs (on the Xeon of
 // CpuBf16DotMacRatio it made a bf16 prefill 1.55x slower than f32).
 // SimdOptions::isa still selects them on any CPU that has AVX512_BF16.
+// Where AMX tiles are usable (CpuHasAmxBf16: Sapphire Rapids and later
+// Xeons, whose vdpbf16ps does not pay) the avx512amx kernels, which differ
+// from the avx512 ones only in the prefill path's bf16 QK^T.
 template <>
 const KernelOps* SelectOps::operator()(xsimd::avx512bw) const {
+  if (CpuHasAmxBf16()) return &Avx512AmxOps();
   return CpuBf16DotPays() ? &Avx512Bf16Ops() : &Avx512Ops();
 }
 

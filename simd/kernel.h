@@ -215,6 +215,7 @@ const KernelOps* SelectOps::operator()(ScalarArch) const;
 // Per-ISA tables (defined in flash_<isa>.cc).
 const KernelOps& Avx512Ops();
 const KernelOps& Avx512Bf16Ops();
+const KernelOps& Avx512AmxOps();
 const KernelOps& Avx2Ops();
 const KernelOps& ScalarOps();
 
@@ -246,6 +247,7 @@ const KernelSteps& ScalarSteps();
 const KernelSteps& Avx2Steps();
 const KernelSteps& Avx512Steps();
 const KernelSteps& Avx512Bf16Steps();
+const KernelSteps& Avx512AmxSteps();
 // The steps for `isa`, or null when this CPU cannot run it (as OpsFor).
 const KernelSteps* StepsFor(Isa isa);
 

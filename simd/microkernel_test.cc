@@ -459,7 +459,8 @@ TEST(BshdItemReadsAheadTest, FollowsTheMeasuredRule) {
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, MicroKernelTest,
                          ::testing::Values(Isa::kScalar, Isa::kAvx2,
-                                           Isa::kAvx512, Isa::kAvx512Bf16),
+                                           Isa::kAvx512, Isa::kAvx512Bf16,
+                                           Isa::kAvx512Amx),
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(IsaName(info.param));
                          });

@@ -41,6 +41,11 @@ struct PrefillKernel {
   // 0.91-1.03x its time on the S 2048 prefill grid (median 0.97; 10
   // interleaved rounds, 2-core AMD EPYC Zen 4 family 25, GCC 12.2,
   // 2026-11-26; Zen 5 had measured the two the same).
+#if defined(__AMX_BF16__)
+  static constexpr bool kAmx = true;
+#else
+  static constexpr bool kAmx = false;
+#endif
   static constexpr int kRegs = W >= 16 ? 32 : 16;
   static constexpr int kMaxAcc = W >= 16 ? 16 : kRegs;
   template <int RV>
@@ -227,6 +232,117 @@ struct PrefillKernel {
   }
 #endif
 
+#if defined(__AMX_BF16__)
+  // S^T = K Q^T through AMX tiles, 16 keys x 16 rows per tile C: tdpbf16ps
+  // takes A = 16 K rows of 32 bf16 (read where they are stored, rows ks
+  // apart), B = the packed Q^T pairs [16 pairs][16 rows][2] of one row
+  // vector (LoadQueries' layout: rows rp * 4 bytes apart), and C[key][row]
+  // is S^T's own layout (rows rp * 4 bytes apart), stored in place. Products
+  // of bf16 are exact in f32 and the sums are f32, as vdpbf16ps; the tile
+  // unit flushes denormal inputs and results to zero (|error| < 2^-126 per
+  // product). Row vectors [lo, hi) of nk keys from k (d % 32 == 0); a last
+  // block of fewer than 16 keys goes through `pad` (16 zeroed K rows of d
+  // bf16, then 16 x 16 floats of C), so no tile reads past the keys or
+  // writes past S^T's rows.
+  //
+  // Tiles: 0 C, 1 A, 2.. the row vector's Q^T blocks (up to 6 of the 8
+  // tiles: d <= 192 keeps them loaded across the key blocks; more reloads
+  // them per block).
+  static constexpr int kAmxQBlocks = 6;
+  [[gnu::noinline]] static void QkAmx(const uint16_t* qp, int64_t d, int64_t rp,
+                                      const uint16_t* k, int64_t ks, int64_t nk,
+                                      float* st, int lo, int hi,
+                                      uint16_t* pad) {
+    alignas(64) unsigned char config[64] = {};
+    config[0] = 1;  // palette 1: 8 tiles of up to 16 rows x 64 bytes
+    for (int t = 0; t < 2 + kAmxQBlocks; ++t) {
+      config[16 + 2 * t] = 64;  // bytes per row
+      config[48 + t] = 16;      // rows
+    }
+    _tile_loadconfig(config);
+    const int64_t nb = d / 32;
+    const bool resident = nb <= kAmxQBlocks;
+    const int64_t whole = nk / 16 * 16;
+    float* cpad = reinterpret_cast<float*>(pad + 16 * d);
+    if (whole < nk) {
+      for (int64_t kk = 0; kk < 16; ++kk)
+        for (int64_t e = 0; e < d; ++e)
+          pad[kk * d + e] = whole + kk < nk ? k[(whole + kk) * ks + e] : 0;
+    }
+    const int64_t qstride = rp * 4, kstride = ks * 2, sstride = rp * 4;
+    for (int rv = lo; rv < hi; ++rv) {
+      const uint16_t* qv = qp + rv * 16 * 2;
+      // The tile operands take constant tile numbers: one switch per block.
+      auto load_q = [&](int64_t b) {
+        const uint16_t* src = qv + b * 16 * rp * 2;
+        switch (resident ? b : 0) {
+          case 0:
+            _tile_loadd(2, src, qstride);
+            break;
+          case 1:
+            _tile_loadd(3, src, qstride);
+            break;
+          case 2:
+            _tile_loadd(4, src, qstride);
+            break;
+          case 3:
+            _tile_loadd(5, src, qstride);
+            break;
+          case 4:
+            _tile_loadd(6, src, qstride);
+            break;
+          default:
+            _tile_loadd(7, src, qstride);
+            break;
+        }
+      };
+      auto dot = [&](int64_t b) {
+        switch (resident ? b : 0) {
+          case 0:
+            _tile_dpbf16ps(0, 1, 2);
+            break;
+          case 1:
+            _tile_dpbf16ps(0, 1, 3);
+            break;
+          case 2:
+            _tile_dpbf16ps(0, 1, 4);
+            break;
+          case 3:
+            _tile_dpbf16ps(0, 1, 5);
+            break;
+          case 4:
+            _tile_dpbf16ps(0, 1, 6);
+            break;
+          default:
+            _tile_dpbf16ps(0, 1, 7);
+            break;
+        }
+      };
+      if (resident)
+        for (int64_t b = 0; b < nb; ++b) load_q(b);
+      for (int64_t j = 0; j < nk; j += 16) {
+        const bool tail = j == whole;
+        const uint16_t* a = tail ? pad : k + j * ks;
+        const int64_t astride = tail ? d * 2 : kstride;
+        _tile_zero(0);
+        for (int64_t b = 0; b < nb; ++b) {
+          if (!resident) load_q(b);
+          _tile_loadd(1, a + b * 32, astride);
+          dot(b);
+        }
+        if (!tail) {
+          _tile_stored(0, st + j * rp + rv * 16, sstride);
+        } else {
+          _tile_stored(0, cpad, 64);
+          for (int64_t kk = 0; kk < nk - whole; ++kk)
+            std::memcpy(st + (j + kk) * rp + rv * 16, cpad + kk * 16, 64);
+        }
+      }
+    }
+    _tile_release();
+  }
+#endif
+
   // O^T[e0..e0+ND][rows] += sum_j V(j, e) P^T[j][rows]; V(j, e) at
   // v[j*sj + e*sd] (any layout). 4x4 on AVX-512, as QkLanes.
   template <int RV, int ND>
@@ -256,6 +372,16 @@ struct PrefillKernel {
   ATTNKIT_SIMD_STEP static bool UsesBf16Dot(const AttentionProblem& p) {
     return X::kBf16Dot && p.KvDType() == DType::kBF16 && p.head_dim % 2 == 0;
   }
+  // Whether QK^T goes through AMX tiles (QkAmx): the avx512amx kernels, bf16
+  // K, d a whole number of 32-value tile rows.
+  ATTNKIT_SIMD_STEP static bool UsesAmx(const AttentionProblem& p) {
+    return kAmx && p.KvDType() == DType::kBF16 && p.head_dim % 32 == 0;
+  }
+  // Whether Q^T is packed as bf16 pairs [d/2][rp][2] (LoadQueries) and so
+  // holds q as given, unscaled.
+  ATTNKIT_SIMD_STEP static bool UsesBf16Pairs(const AttentionProblem& p) {
+    return UsesBf16Dot(p) || UsesAmx(p);
+  }
 
   // Packs Q^T (f32 [d][rp], or bf16 pairs [d/2][rp][2] for vdpbf16ps) into
   // the workspace, W rows by W columns at a time through in-register
@@ -276,8 +402,8 @@ struct PrefillKernel {
       for (int64_t i = 0; i < nr; ++i)
         off[i] =
             a.q.Offset(job.batch, rows.head[r0 + i], rows.query[r0 + i], 0);
-#if defined(__AVX512BF16__)
-      if (UsesBf16Dot(p)) {
+#if defined(__AVX512F__)
+      if (UsesBf16Pairs(p)) {
         // A pair of bf16 is one 32-bit element of the transpose: the bits
         // move as they are (q as given: scaling would round it again).
         static_assert(W == 16);
@@ -387,6 +513,21 @@ struct PrefillKernel {
     float* st = ws + L.scores;
     const int64_t ks = a.k.strides[2];
     bool dot = false;
+#if defined(__AMX_BF16__)
+    if (UsesAmx(p)) {
+      const uint16_t* qp = reinterpret_cast<const uint16_t*>(ws + L.queries);
+      const uint16_t* kb = static_cast<const uint16_t*>(a.k.data) +
+                           a.k.Offset(job.batch, job.kv_head, j0, 0);
+      uint16_t* pad = reinterpret_cast<uint16_t*>(ws + L.k_tile);
+      for (int i = 0; i < runs.n; ++i) {
+        const typename KeyRuns::Run& run = runs.run[i];
+        if (run.lo >= run.hi) continue;
+        QkAmx(qp, d, rp, kb + run.begin * ks, ks, run.end - run.begin,
+              st + run.begin * rp, run.lo, run.hi, pad);
+      }
+      return;
+    }
+#endif
 #if defined(__AVX512BF16__)
     dot = UsesBf16Dot(p);
     if (dot) {
@@ -458,9 +599,9 @@ struct PrefillKernel {
            a.v_scale.Offset(job.batch, job.kv_head, j0, 0);
     }
     // An f32 Q^T holds q * scale * log2(e) (LoadQueries): only an i8 K's
-    // scales remain to be applied. The bf16 pairs of the vdpbf16ps path are
-    // q as given (scaling would round them again).
-    const bool q_scaled = !UsesBf16Dot(*job.problem);
+    // scales remain to be applied. The bf16 pairs of the vdpbf16ps and AMX
+    // paths are q as given (scaling would round them again).
+    const bool q_scaled = !UsesBf16Pairs(*job.problem);
     if (!q_scaled || i8) {
       for (int64_t j = 0; j < nt; ++j) {
         const V c =

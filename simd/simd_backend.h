@@ -17,14 +17,22 @@
 
 namespace attnkit::simd {
 
-// The kernel families, best last. kAvx512Bf16 is AVX-512 plus vdpbf16ps for
-// the QK^T dot products of bf16 storage.
-enum class Isa : uint8_t { kScalar = 0, kAvx2, kAvx512, kAvx512Bf16 };
+// The kernel families. kAvx512Bf16 is AVX-512 plus vdpbf16ps for the QK^T
+// dot products of bf16 storage; kAvx512Amx is AVX-512 plus AMX tiles for the
+// prefill path's bf16 QK^T (everything else as kAvx512).
+enum class Isa : uint8_t {
+  kScalar = 0,
+  kAvx2,
+  kAvx512,
+  kAvx512Bf16,
+  kAvx512Amx
+};
 inline constexpr auto kIsaNames = MakeEnumTable<Isa>({
     {Isa::kScalar, "scalar"},
     {Isa::kAvx2, "avx2"},
     {Isa::kAvx512, "avx512"},
     {Isa::kAvx512Bf16, "avx512bf16"},
+    {Isa::kAvx512Amx, "avx512amx"},
 });
 static_assert(kIsaNames.RoundTrips());
 inline std::string_view IsaName(Isa isa) { return kIsaNames.Name(isa); }

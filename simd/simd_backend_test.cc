@@ -308,6 +308,35 @@ TEST_P(SimdIsaTest, DecodeShapesAllLayoutsAndDtypes) {
   }
 }
 
+// bf16 prefill over head dims that the AMX path (avx512amx) takes with its
+// Q^T blocks kept in tiles (d <= 192), reloaded per key block (224, 256), or
+// not at all (80: d % 32 != 0), and key runs that end part way into a block
+// of 16 keys (kv 17, 200; the causal and windowed diagonals cut runs at
+// every row vector): every ISA, against the oracle.
+TEST_P(SimdIsaTest, Bf16PrefillHeadDimsAndKeyTails) {
+  auto backend = Make();
+  const int64_t dims[] = {32, 64, 96, 128, 192, 224, 256, 80};
+  const MaskKind masks[] = {MaskKind::kNone, MaskKind::kCausal,
+                            MaskKind::kWindow};
+  for (int i = 0; i < 8; ++i) {
+    for (MaskKind mask : masks) {
+      AttentionProblem p;
+      p.batch = 2;
+      p.q_heads = 4;
+      p.kv_heads = 2;
+      p.head_dim = dims[i];
+      p.dtype = DType::kBF16;
+      p.layout = static_cast<KvLayout>(i % 3);
+      p.mask = mask;
+      if (mask == MaskKind::kWindow) p.window = 40;
+      p.q_lens = {17, 150};
+      p.kv_lens = {17, 200};
+      ExpectMatchesOracle(*backend, p, 7 + i, ValueProfile::kNormal, 100);
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // Transposed V on AVX-512 takes tiles of up to 2048 keys (DecodeTileKeys:
 // fewer for items of more than 8 rows, so their S / P fit the workspace):
 // two whole tiles and a tail ending part way into a vector of keys (read in

@@ -14,6 +14,8 @@ const KernelSteps* StepsFor(Isa isa) {
       return &Avx512Steps();
     case Isa::kAvx512Bf16:
       return &Avx512Bf16Steps();
+    case Isa::kAvx512Amx:
+      return &Avx512AmxSteps();
   }
   return nullptr;
 }
