@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "runtime/problem.h"
+#include "simd/amx.h"
 #include "simd/block.h"
 #include "simd/decode_microkernels.h"
 #include "simd/isa.h"
@@ -63,7 +64,9 @@ struct DecodeKernel {
           dot(X::kBf16Dot && d % 32 == 0 &&
               (bf16 || (i8 && p.dtype == DType::kBF16 && Micro::kQkInPlace))),
           in_place(d % W == 0),
-          pair_q(Micro::kQkInPlace && bf16 && !dot && d % 32 == 0),
+          amx(kAmx && Micro::kQkInPlace && bf16 && d % 32 == 0 &&
+              d <= 32 * kAmxQBlocks && Rh <= 16),
+          pair_q(Micro::kQkInPlace && bf16 && !dot && !amx && d % 32 == 0),
           read_ahead(Micro::kQkInPlace &&
                      BshdItemReadsAhead(p, j.kv_heads, W, j.kv_from_dram)),
           k_type(in_place ? kv : DType::kF32),
@@ -92,6 +95,9 @@ struct DecodeKernel {
     const int64_t tile;   // keys per tile (DecodeTileKeys)
     const bool dot;       // QK^T on vdpbf16ps: q bf16, K bf16 or int8
     const bool in_place;  // K and V rows read in place: d % W == 0
+    // QK^T on AMX tiles (QkAmxBlock): bf16 K, d % 32 == 0 up to 192; q rows
+    // packed as each kv head's Q^T pairs [d/2][Rh][2].
+    const bool amx;
     // QK^T of f32 q and bf16 K on QkPairQ: q rows in its pair order
     // (PairQueryRow).
     const bool pair_q;
@@ -131,6 +137,16 @@ struct DecodeKernel {
         std::memcpy(reinterpret_cast<uint16_t*>(it.q) + r * d,
                     static_cast<const uint16_t*>(a.q.data) + off,
                     static_cast<size_t>(d) * 2);
+      } else if (it.amx) {
+        // Row r = hk * Rh + i is column i of kv head hk's Q^T pairs.
+        const auto* src = static_cast<const uint16_t*>(a.q.data) + off;
+        uint16_t* qh =
+            reinterpret_cast<uint16_t*>(it.q) + r / it.Rh * it.Rh * d;
+        const int64_t i = r % it.Rh;
+        for (int64_t pp = 0; pp < d / 2; ++pp) {
+          qh[(pp * it.Rh + i) * 2] = src[2 * pp];
+          qh[(pp * it.Rh + i) * 2 + 1] = src[2 * pp + 1];
+        }
       } else {
         LoadRow(a.q, off, 1, d, it.q + r * De);
         ZeroFloats(it.q + r * De + d, De - d);
@@ -354,6 +370,46 @@ struct DecodeKernel {
   }
 #endif
 
+#if defined(__AMX_BF16__)
+  // The AMX form of QK^T (simd/amx.h) for one block of 16 keys of a kv head:
+  // A = the 16 K rows in place (or the last nk < 16 in a zero-padded copy),
+  // B = the kv head's Q^T pairs (LoadQueries), C[key][row] stored to `c`
+  // (16 x Rh floats). Its K rows' prefetch (KeysAhead) goes first. The
+  // caller moves C into S's rows (AmxToScores) one block later: read back
+  // at once, the tile store held the gathers up (store forwarding).
+  ATTNKIT_SIMD_STEP static void QkAmxBlock(const Item& it, const KeyBlock& kb,
+                                           float* c) {
+    const int64_t d = it.d, Rh = it.Rh;
+    for (int64_t kk = 0; kk < 16; ++kk) kb.ahead.Fetch(kk);
+    const auto* k = reinterpret_cast<const uint16_t*>(kb.k);
+    const uint16_t* a = k;
+    int64_t astride = kb.ks * 2;
+    if (kb.nk < 16) {
+      uint16_t* pad = reinterpret_cast<uint16_t*>(it.kw);
+      AmxPadKeys(k, kb.ks, kb.nk, d, pad);
+      a = pad;
+      astride = d * 2;
+    }
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(it.q) + kb.s0 * d;
+    AmxLoadQ(q, 16 * Rh * 2, Rh * 4, d / 32);
+    AmxKeyBlock(a, astride, d / 32, true, q, 16 * Rh * 2, Rh * 4);
+    _tile_stored(0, c, Rh * 4);
+  }
+  // C[key][row] of QkAmxBlock into S[s0 + row][jb + key].
+  ATTNKIT_SIMD_STEP static void AmxToScores(const Item& it, const float* c,
+                                            int64_t s0, int64_t jb) {
+    const int64_t Rh = it.Rh;
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(static_cast<int>(Rh)));
+    for (int64_t r = 0; r < Rh; ++r) {
+      const __m512 v = _mm512_i32gather_ps(
+          _mm512_add_epi32(idx, _mm512_set1_epi32(static_cast<int>(r))), c, 4);
+      _mm512_storeu_ps(it.sm + (s0 + r) * it.tile + jb, v);
+    }
+  }
+#endif
+
   // S[s0 .. s0 + Rh) at the tile's keys [jb, jb + W) on AVX-512: QkInPlace
   // per row group over the K rows in place (d % 16 == 0) or widened into
   // zero-padded f32 rows of the workspace, an int8 K's scales applied
@@ -461,6 +517,9 @@ struct DecodeKernel {
   // keys the item reads its heads' rows of those keys, adjacent in memory,
   // before the next block (simd/README.md, "BSHD decode items").
   ATTNKIT_SIMD_STEP static void QkTile(const Item& it, const Tile& t) {
+#if defined(__AMX_BF16__)
+    if (it.amx) return QkTileAmx(it, t);
+#endif
     for (int64_t jb = 0; jb < t.ntp; jb += W) {
       if (it.read_ahead)
         ReadAhead(it, it.a.k, it.kdata, t.j0 + jb,
@@ -480,6 +539,39 @@ struct DecodeKernel {
       }
     }
   }
+
+#if defined(__AMX_BF16__)
+  // QkTile on AMX tiles, in its order (key blocks, the kv heads inner); each
+  // block's C goes into S one block later, from two buffers per head after
+  // the padded K rows in the workspace.
+  ATTNKIT_SIMD_STEP static void QkTileAmx(const Item& it, const Tile& t) {
+    const int64_t heads = it.job.kv_heads, cn = 16 * it.Rh;
+    float* cbuf = reinterpret_cast<float*>(reinterpret_cast<uint16_t*>(it.kw) +
+                                           16 * it.d);
+    for (int64_t jb = 0; jb < t.ntp; jb += W) {
+      if (it.read_ahead)
+        ReadAhead(it, it.a.k, it.kdata, t.j0 + jb,
+                  t.nt - jb < W ? t.nt - jb : W);
+      const int64_t half = jb / W % 2;
+      for (int64_t hk = 0; hk < heads; ++hk) {
+        const int64_t kvh = it.job.kv_head + hk, s0 = hk * it.Rh;
+        const KeyBlock kb{
+            it.kdata + it.a.k.Offset(it.job.batch, kvh, t.j0 + jb, 0) * 2,
+            it.a.k.strides[2],
+            t.nt - jb < W ? t.nt - jb : W,
+            s0,
+            _mm512_set1_ps(1.0f),
+            KeysAhead(it, t, kvh, jb)};
+        QkAmxBlock(it, kb, cbuf + (hk * 2 + half) * cn);
+        if (jb > 0)
+          AmxToScores(it, cbuf + (hk * 2 + 1 - half) * cn, s0, jb - W);
+      }
+    }
+    const int64_t last = (t.ntp - W) / W % 2;
+    for (int64_t hk = 0; hk < heads; ++hk)
+      AmxToScores(it, cbuf + (hk * 2 + last) * cn, hk * it.Rh, t.ntp - W);
+  }
+#endif
 
   // The online softmax of row r over the tile: scale to log2 units, mask
   // (`masked`) and -inf past the tile, raise the running max (lazily),
@@ -819,6 +911,7 @@ struct DecodeKernel {
   [[gnu::flatten]] static void Run(const BlockJob& job, const Rows& rows,
                                    float* ws, const WorkspaceLayout& L) {
     const Item it(job, rows, ws, L);
+    const AmxTiles tiles(it.amx, it.Rh);
     LoadQueries(it);
     const bool has_bias = it.p.mask == MaskKind::kBias;
     for (int64_t j0 = rows.keys_begin; j0 < it.end; j0 += it.tile) {

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "runtime/problem.h"
+#include "simd/amx.h"
 #include "simd/block.h"
 #include "simd/isa.h"
 #include "simd/kernel.h"
@@ -41,11 +42,6 @@ struct PrefillKernel {
   // 0.91-1.03x its time on the S 2048 prefill grid (median 0.97; 10
   // interleaved rounds, 2-core AMD EPYC Zen 4 family 25, GCC 12.2,
   // 2026-11-26; Zen 5 had measured the two the same).
-#if defined(__AMX_BF16__)
-  static constexpr bool kAmx = true;
-#else
-  static constexpr bool kAmx = false;
-#endif
   static constexpr int kRegs = W >= 16 ? 32 : 16;
   static constexpr int kMaxAcc = W >= 16 ? 16 : kRegs;
   template <int RV>
@@ -233,105 +229,33 @@ struct PrefillKernel {
 #endif
 
 #if defined(__AMX_BF16__)
-  // S^T = K Q^T through AMX tiles, 16 keys x 16 rows per tile C: tdpbf16ps
-  // takes A = 16 K rows of 32 bf16 (read where they are stored, rows ks
-  // apart), B = the packed Q^T pairs [16 pairs][16 rows][2] of one row
-  // vector (LoadQueries' layout: rows rp * 4 bytes apart), and C[key][row]
-  // is S^T's own layout (rows rp * 4 bytes apart), stored in place. Products
-  // of bf16 are exact in f32 and the sums are f32, as vdpbf16ps; the tile
-  // unit flushes denormal inputs and results to zero (|error| < 2^-126 per
-  // product). Row vectors [lo, hi) of nk keys from k (d % 32 == 0); a last
-  // block of fewer than 16 keys goes through `pad` (16 zeroed K rows of d
+  // S^T = K Q^T through AMX tiles (simd/amx.h), 16 keys x 16 rows a product:
+  // B = LoadQueries' bf16 pairs of Q^T for one row vector (rows rp * 4 bytes
+  // apart), and C[key][row] is S^T's own layout (rows rp * 4 bytes apart),
+  // stored in place. Row vectors [lo, hi) of nk keys from k (d % 32 == 0);
+  // a last block of fewer than 16 keys goes through `pad` (16 K rows of d
   // bf16, then 16 x 16 floats of C), so no tile reads past the keys or
-  // writes past S^T's rows.
-  //
-  // Tiles: 0 C, 1 A, 2.. the row vector's Q^T blocks (up to 6 of the 8
-  // tiles: d <= 192 keeps them loaded across the key blocks; more reloads
-  // them per block).
-  static constexpr int kAmxQBlocks = 6;
+  // writes past S^T's rows. Up to d 192 a row vector's Q^T stays in tiles
+  // across the key blocks; wider rows reload it per block.
   [[gnu::noinline]] static void QkAmx(const uint16_t* qp, int64_t d, int64_t rp,
                                       const uint16_t* k, int64_t ks, int64_t nk,
                                       float* st, int lo, int hi,
                                       uint16_t* pad) {
-    alignas(64) unsigned char config[64] = {};
-    config[0] = 1;  // palette 1: 8 tiles of up to 16 rows x 64 bytes
-    for (int t = 0; t < 2 + kAmxQBlocks; ++t) {
-      config[16 + 2 * t] = 64;  // bytes per row
-      config[48 + t] = 16;      // rows
-    }
-    _tile_loadconfig(config);
     const int64_t nb = d / 32;
     const bool resident = nb <= kAmxQBlocks;
     const int64_t whole = nk / 16 * 16;
     float* cpad = reinterpret_cast<float*>(pad + 16 * d);
-    if (whole < nk) {
-      for (int64_t kk = 0; kk < 16; ++kk)
-        for (int64_t e = 0; e < d; ++e)
-          pad[kk * d + e] = whole + kk < nk ? k[(whole + kk) * ks + e] : 0;
-    }
-    const int64_t qstride = rp * 4, kstride = ks * 2, sstride = rp * 4;
+    if (whole < nk) AmxPadKeys(k + whole * ks, ks, nk - whole, d, pad);
+    const int64_t qblock = 16 * rp * 2, qstride = rp * 4;
     for (int rv = lo; rv < hi; ++rv) {
       const uint16_t* qv = qp + rv * 16 * 2;
-      // The tile operands take constant tile numbers: one switch per block.
-      auto load_q = [&](int64_t b) {
-        const uint16_t* src = qv + b * 16 * rp * 2;
-        switch (resident ? b : 0) {
-          case 0:
-            _tile_loadd(2, src, qstride);
-            break;
-          case 1:
-            _tile_loadd(3, src, qstride);
-            break;
-          case 2:
-            _tile_loadd(4, src, qstride);
-            break;
-          case 3:
-            _tile_loadd(5, src, qstride);
-            break;
-          case 4:
-            _tile_loadd(6, src, qstride);
-            break;
-          default:
-            _tile_loadd(7, src, qstride);
-            break;
-        }
-      };
-      auto dot = [&](int64_t b) {
-        switch (resident ? b : 0) {
-          case 0:
-            _tile_dpbf16ps(0, 1, 2);
-            break;
-          case 1:
-            _tile_dpbf16ps(0, 1, 3);
-            break;
-          case 2:
-            _tile_dpbf16ps(0, 1, 4);
-            break;
-          case 3:
-            _tile_dpbf16ps(0, 1, 5);
-            break;
-          case 4:
-            _tile_dpbf16ps(0, 1, 6);
-            break;
-          default:
-            _tile_dpbf16ps(0, 1, 7);
-            break;
-        }
-      };
-      if (resident)
-        for (int64_t b = 0; b < nb; ++b) load_q(b);
+      if (resident) AmxLoadQ(qv, qblock, qstride, nb);
       for (int64_t j = 0; j < nk; j += 16) {
         const bool tail = j == whole;
-        const uint16_t* a = tail ? pad : k + j * ks;
-        const int64_t astride = tail ? d * 2 : kstride;
-        _tile_zero(0);
-        for (int64_t b = 0; b < nb; ++b) {
-          if (!resident) load_q(b);
-          _tile_loadd(1, a + b * 32, astride);
-          dot(b);
-        }
+        AmxKeyBlock(tail ? pad : k + j * ks, tail ? d * 2 : ks * 2, nb,
+                    resident, qv, qblock, qstride);
         if (!tail) {
-          _tile_stored(0, st + j * rp + rv * 16, sstride);
+          _tile_stored(0, st + j * rp + rv * 16, rp * 4);
         } else {
           _tile_stored(0, cpad, 64);
           for (int64_t kk = 0; kk < nk - whole; ++kk)
@@ -339,7 +263,6 @@ struct PrefillKernel {
         }
       }
     }
-    _tile_release();
   }
 #endif
 
@@ -773,6 +696,7 @@ struct PrefillKernel {
                   const WorkspaceLayout& L) {
     const AttentionProblem& p = *job.problem;
     const int64_t d = p.head_dim, rp = RV * W;
+    const AmxTiles tiles(UsesAmx(p), W);
     LoadQueries<RV>(job, rows, ws, L);
     float* ot = ws + L.out;
     ZeroFloats(ot, d * rp);

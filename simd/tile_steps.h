@@ -35,6 +35,7 @@ struct Steps {
       constexpr int RV = decltype(rv)::value;
       constexpr int64_t rp = RV * W;
       Prefill::template LoadQueries<RV>(job, rows, ws, L);
+      const AmxTiles tiles(Prefill::UsesAmx(*job.problem), W);
       Prefill::template QkTile<RV>(job, ws, L, j0, nt,
                                    Prefill::template WholeTile<RV>(nt));
       const float* st = ws + L.scores;
@@ -70,6 +71,7 @@ struct Steps {
     const WorkspaceLayout L = ComputeLayout(job.problem->head_dim);
     const Rows rows = MakeRows(job);
     const typename Decode::Item it(job, rows, ws, L);
+    const AmxTiles tiles(it.amx, it.Rh);
     Decode::LoadQueries(it);
     Decode::QkTile(it, {j0, nt, (nt + W - 1) / W * W});
     for (int64_t r = 0; r < rows.count; ++r)
