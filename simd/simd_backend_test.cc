@@ -308,12 +308,13 @@ TEST_P(SimdIsaTest, DecodeShapesAllLayoutsAndDtypes) {
   }
 }
 
-// bf16 prefill over head dims that the AMX path (avx512amx) takes with its
-// Q^T blocks kept in tiles (d <= 192), reloaded per key block (224, 256), or
-// not at all (80: d % 32 != 0), and key runs that end part way into a block
-// of 16 keys (kv 17, 200; the causal and windowed diagonals cut runs at
-// every row vector): every ISA, against the oracle.
-TEST_P(SimdIsaTest, Bf16PrefillHeadDimsAndKeyTails) {
+// bf16 prefill and decode over head dims that the AMX paths (avx512amx)
+// take with their Q^T blocks kept in tiles (d <= 192), that prefill reloads
+// per key block and decode leaves to the widened path (224, 256), or that
+// neither takes (80: d % 32 != 0), and key runs that end part way into a
+// block of 16 keys (kv 17, 200; the causal and windowed diagonals cut runs
+// at every row vector): every ISA, against the oracle.
+TEST_P(SimdIsaTest, Bf16HeadDimsAndKeyTails) {
   auto backend = Make();
   const int64_t dims[] = {32, 64, 96, 128, 192, 224, 256, 80};
   const MaskKind masks[] = {MaskKind::kNone, MaskKind::kCausal,
@@ -332,6 +333,9 @@ TEST_P(SimdIsaTest, Bf16PrefillHeadDimsAndKeyTails) {
       p.q_lens = {17, 150};
       p.kv_lens = {17, 200};
       ExpectMatchesOracle(*backend, p, 7 + i, ValueProfile::kNormal, 100);
+      p.q_heads = 8;  // decode: 4 rows per kv head
+      p.q_lens = {1, 1};
+      ExpectMatchesOracle(*backend, p, 17 + i, ValueProfile::kNormal, 100);
       if (HasFailure()) return;
     }
   }
