@@ -8,6 +8,7 @@
 // headers avoid out-of-line std:: algorithms.
 //
 //   simd/isa.h             the vector layer (XVec, SVec), exp2, row loads
+//   simd/amx.h             AMX tiles for bf16 QK^T (the avx512amx kernels)
 //   simd/block.h           a work item's rows, tile coverage, mask, write-out
 //   simd/prefill_kernel.h  the prefill path (lanes = rows)
 //   simd/decode_microkernels.h, simd/decode_kernel.h
