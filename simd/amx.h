@@ -17,7 +17,6 @@
 #define ATTNKIT_SIMD_AMX_H_
 
 #include <cstdint>
-#include <type_traits>
 
 #if defined(__AMX_BF16__)
 #include <immintrin.h>
@@ -71,34 +70,36 @@ struct AmxTiles {
 };
 
 #if defined(__AMX_BF16__)
-// f(std::integral_constant<int, 2 + b>{}) for Q^T block b < kAmxQBlocks:
-// tile operands are immediates.
-template <class F>
-inline void WithQTile(int64_t b, F&& f) {
-  switch (b) {
-    case 0:
-      return f(std::integral_constant<int, 2>{});
-    case 1:
-      return f(std::integral_constant<int, 3>{});
-    case 2:
-      return f(std::integral_constant<int, 4>{});
-    case 3:
-      return f(std::integral_constant<int, 5>{});
-    case 4:
-      return f(std::integral_constant<int, 6>{});
-    default:
-      return f(std::integral_constant<int, 7>{});
-  }
-}
+// The tile operands below are literal numbers, one case per tile: GCC's
+// intrinsics paste them into the instruction's text (without optimization,
+// `%tmm` followed by whatever expression was given).
 
 // Q^T blocks b < nb (nb <= kAmxQBlocks) into tiles 2 + b: block b at
 // q + b * block (uint16 elements), its 16 pair rows `stride` bytes apart.
 inline void AmxLoadQ(const uint16_t* q, int64_t block, int64_t stride,
                      int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
-    WithQTile(b, [&](auto t) {
-      _tile_loadd(decltype(t)::value, q + b * block, stride);
-    });
+    const uint16_t* src = q + b * block;
+    switch (b) {
+      case 0:
+        _tile_loadd(2, src, stride);
+        break;
+      case 1:
+        _tile_loadd(3, src, stride);
+        break;
+      case 2:
+        _tile_loadd(4, src, stride);
+        break;
+      case 3:
+        _tile_loadd(5, src, stride);
+        break;
+      case 4:
+        _tile_loadd(6, src, stride);
+        break;
+      default:
+        _tile_loadd(7, src, stride);
+        break;
+    }
   }
 }
 
@@ -115,8 +116,27 @@ inline void AmxKeyBlock(const uint16_t* k, int64_t kstride, int64_t nb,
     if (!resident) {
       _tile_loadd(2, q + b * block, qstride);
       _tile_dpbf16ps(0, 1, 2);
-    } else {
-      WithQTile(b, [](auto t) { _tile_dpbf16ps(0, 1, decltype(t)::value); });
+      continue;
+    }
+    switch (b) {
+      case 0:
+        _tile_dpbf16ps(0, 1, 2);
+        break;
+      case 1:
+        _tile_dpbf16ps(0, 1, 3);
+        break;
+      case 2:
+        _tile_dpbf16ps(0, 1, 4);
+        break;
+      case 3:
+        _tile_dpbf16ps(0, 1, 5);
+        break;
+      case 4:
+        _tile_dpbf16ps(0, 1, 6);
+        break;
+      default:
+        _tile_dpbf16ps(0, 1, 7);
+        break;
     }
   }
 }
